@@ -1,0 +1,51 @@
+"""Exceptions, named after their JMS counterparts where one exists."""
+
+
+class DropboxMQError(Exception):
+    """Base of every error this package raises on purpose (the CLI prints these in one line)."""
+
+
+class JMSException(DropboxMQError):
+    pass
+
+
+class InvalidDestinationError(JMSException):
+    pass
+
+
+class InvalidClientIDError(JMSException):
+    pass
+
+
+class InvalidSelectorError(JMSException):
+    """A message selector that does not parse; ``position`` is the 0-based offset of the problem."""
+
+    def __init__(self, message: str, position: int | None = None, selector: str | None = None):
+        self.position = position
+        self.selector = selector
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"invalid selector{where}: {message}")
+
+
+class IllegalStateError(JMSException):
+    pass
+
+
+class MessageFormatError(JMSException):
+    pass
+
+
+class TransactionRolledBackError(JMSException):
+    pass
+
+
+class NameTooLongError(MessageFormatError):
+    """The encoded file name would exceed 255 bytes."""
+
+
+class StoreError(DropboxMQError):
+    """A file-system operation failed (disk full, permission denied, ...)."""
+
+
+class UnsupportedFileSystemError(StoreError):
+    pass

@@ -1,0 +1,63 @@
+"""Where destinations live under a root (PROTOCOL.md §1, 1.2-compatible). Pure path logic."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+from .message import Queue, Topic
+from .store import Dropbox
+
+TOPIC_ROOT = "topic-root"
+INTERNAL = "dropboxmq"
+
+
+def queue_box(root: Path, queue: Queue) -> Dropbox:
+    return Dropbox(Path(root) / queue.name / "incoming")
+
+
+def topic_dir(root: Path, topic: Topic) -> Path:
+    return Path(root).joinpath(TOPIC_ROOT, *topic.levels)
+
+
+def topic_incoming(root: Path, topic: Topic) -> Dropbox:
+    return Dropbox(topic_dir(root, topic) / ".incoming")
+
+
+def subscriptions_dir(root: Path, topic: Topic) -> Path:
+    return topic_dir(root, topic) / ".subscriptions"
+
+
+def all_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
+    """Every dropbox under ``root`` with a display name: queues, then each topic's
+    ``.incoming`` and subscriptions (``topic/a.b!sub``)."""
+    root = Path(root)
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(".") or name in (TOPIC_ROOT, INTERNAL):
+            continue
+        box = Dropbox(root / name / "incoming")
+        if box.exists():
+            yield name, box
+    top = root / TOPIC_ROOT
+    for dirpath, dirnames, _ in os.walk(top):
+        rel = os.path.relpath(dirpath, top)
+        dirnames.sort()
+        if rel == "." or os.path.basename(dirpath).startswith("."):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            continue
+        topic_name = rel.replace(os.sep, ".")
+        incoming = Dropbox(Path(dirpath) / ".incoming")
+        if incoming.exists():
+            yield f"topic:{topic_name}", incoming
+        subs = Path(dirpath) / ".subscriptions"
+        if subs.is_dir():
+            for sub in sorted(os.listdir(subs)):
+                box = Dropbox(subs / sub)
+                if box.exists():
+                    yield f"topic:{topic_name}!{sub}", box
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]

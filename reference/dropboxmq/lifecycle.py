@@ -1,0 +1,157 @@
+"""The life of a message: states, moves, and nothing else.
+
+Theory of operation
+===================
+
+A dropbox is a directory with six sub-directories.  A message *is* a file and
+its state *is* the directory that holds it.  The states are those of the JBoss
+Messaging Core channel (seed 002), plus the three terminal places a message
+can end up in:
+
+    state           directory      meaning
+    --------------  -------------  ----------------------------------------------
+    NOT_COMMITTED   working/       being written, or part of an open transaction
+    NEW             target/        committed; any consumer may claim it
+    DELIVERED       processing/    claimed by exactly one consumer, not yet acked
+    ACKNOWLEDGED    processed/     consumed and acknowledged (or deleted)
+    EXPIRED         expired/       its expiration passed before delivery
+    DEAD_LETTER     error/         undecodable, unreadable, or redelivered too often
+
+plus ABSENT, the pseudo-state of a file that does not exist (before CREATE and
+after DISCARD / PURGE).
+
+Every move between two directories is a single ``rename(2)`` on one file
+system, so a message is in exactly one state at every instant, and when two
+consumers race for the same file exactly one rename succeeds (the other gets
+ENOENT: a lost race, normal and silent).  A copy never moves a message.
+
+The moves, and who makes them:
+
+    move         from           to             by
+    -----------  -------------  -------------  -----------------------------------
+    CREATE       ABSENT         NOT_COMMITTED  producer: open(O_CREAT|O_EXCL|O_NOFOLLOW), write, fsync
+    SEND         NOT_COMMITTED  NEW            producer: rename working->target (+ fsync target/)
+    DISCARD      NOT_COMMITTED  ABSENT         rollback of a transacted send; orphan sweep
+    QUARANTINE   NOT_COMMITTED  DEAD_LETTER    orphan sweep (keep torn files for an operator)
+    CLAIM        NEW            DELIVERED      consumer: rename target->processing/<client>~<name>
+    EXPIRE       NEW            EXPIRED        expiry sweep / consumer notices before claiming
+    EXPIRE       DELIVERED      EXPIRED        consumer notices right after claiming
+    ACK          DELIVERED      ACKNOWLEDGED   acknowledge / commit: rename processing->processed
+    REDELIVER    DELIVERED      NEW            recover, rollback, listener failure, dead owner
+    DEAD_LETTER  DELIVERED      DEAD_LETTER    undecodable body, or delivery count over the limit
+    PURGE        NEW            ABSENT         operator purge
+    PURGE        terminal       ABSENT         housekeeping of processed/, expired/, error/
+
+The TLA+ specification in ``spec/`` uses exactly these state and action names
+(``Dropbox.tla``: ``Create``, ``Send``, ``Discard``, ``Quarantine``, ``Claim``,
+``Expire``, ``Ack``, ``Redeliver``, ``DeadLetter``, ``Purge``), and the
+conformance suite replays recorded file-system traces against this table.
+
+Transactions do not add states: a transacted send stays NOT_COMMITTED until
+commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
+rollback REDELIVERs it.  Crash atomicity of a commit is the job of the
+transaction log (``transaction.py``), not of this table.
+
+Nothing in this module touches the file system; ``store.py`` executes it.
+"""
+
+from __future__ import annotations
+
+import enum
+from types import MappingProxyType
+from typing import Mapping
+
+
+class State(enum.Enum):
+    """A message state; the value is the directory that holds it (None: no file)."""
+
+    ABSENT = None
+    NOT_COMMITTED = "working"
+    NEW = "target"
+    DELIVERED = "processing"
+    ACKNOWLEDGED = "processed"
+    EXPIRED = "expired"
+    DEAD_LETTER = "error"
+
+    @property
+    def directory(self) -> str | None:
+        return self.value
+
+
+class Move(enum.Enum):
+    CREATE = "Create"
+    SEND = "Send"
+    DISCARD = "Discard"
+    QUARANTINE = "Quarantine"
+    CLAIM = "Claim"
+    EXPIRE = "Expire"
+    ACK = "Ack"
+    REDELIVER = "Redeliver"
+    DEAD_LETTER = "DeadLetter"
+    PURGE = "Purge"
+
+    @property
+    def spec_action(self) -> str:
+        """The name of the action in spec/Dropbox.tla."""
+        return self.value
+
+
+#: The six directories of every dropbox, in lifecycle order.
+STATE_DIRS: tuple[str, ...] = tuple(s.value for s in State if s.value is not None)
+
+#: Terminal states: a message that reaches one is never delivered again.
+TERMINAL: frozenset[State] = frozenset({State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER})
+
+_S, _M = State, Move
+
+#: The one table: for each state, the moves allowed out of it and where they lead.
+TRANSITIONS: Mapping[State, Mapping[Move, State]] = MappingProxyType(
+    {
+        _S.ABSENT: MappingProxyType({_M.CREATE: _S.NOT_COMMITTED}),
+        _S.NOT_COMMITTED: MappingProxyType(
+            {_M.SEND: _S.NEW, _M.DISCARD: _S.ABSENT, _M.QUARANTINE: _S.DEAD_LETTER}
+        ),
+        _S.NEW: MappingProxyType(
+            {_M.CLAIM: _S.DELIVERED, _M.EXPIRE: _S.EXPIRED, _M.PURGE: _S.ABSENT}
+        ),
+        _S.DELIVERED: MappingProxyType(
+            {
+                _M.ACK: _S.ACKNOWLEDGED,
+                _M.REDELIVER: _S.NEW,
+                _M.DEAD_LETTER: _S.DEAD_LETTER,
+                _M.EXPIRE: _S.EXPIRED,
+            }
+        ),
+        _S.ACKNOWLEDGED: MappingProxyType({_M.PURGE: _S.ABSENT}),
+        _S.EXPIRED: MappingProxyType({_M.PURGE: _S.ABSENT}),
+        _S.DEAD_LETTER: MappingProxyType({_M.PURGE: _S.ABSENT}),
+    }
+)
+
+
+class IllegalMove(ValueError):
+    """A move that the lifecycle table does not allow from the given state."""
+
+
+def next_state(state: State, move: Move) -> State:
+    """Where ``move`` takes a message in ``state``; IllegalMove if the table forbids it."""
+    try:
+        return TRANSITIONS[state][move]
+    except KeyError:
+        raise IllegalMove(f"{move.name} is not allowed from {state.name}") from None
+
+
+def state_of_directory(directory: str) -> State:
+    """The state a directory name stands for (``"target"`` -> NEW)."""
+    for state in State:
+        if state.value == directory:
+            return state
+    raise ValueError(f"not a dropbox state directory: {directory!r}")
+
+
+def move_between(source: State, destination: State) -> Move:
+    """The unique move from ``source`` to ``destination`` (trace replay uses this)."""
+    for move, target in TRANSITIONS[source].items():
+        if target is destination:
+            return move
+    raise IllegalMove(f"no move leads from {source.name} to {destination.name}")

@@ -1,0 +1,142 @@
+"""Recovery after crashes: what a root looks like once every dead process is accounted for.
+
+In order (the order matters: a committing log must ACK its receives before the
+processing/ sweep could REDELIVER them):
+
+1. transaction logs of dead owners: committing/ rolled forward, the rest back;
+2. processing/ entries of dead owners: REDELIVER (they come back redelivered,
+   because the claim wrote the delivery count into the name);
+3. orphaned working/ files older than ``orphan_age`` and not named by a live
+   owner's log: QUARANTINE to error/ (or DISCARD);
+4. NEW messages whose expiration passed: EXPIRE.
+
+A root-wide flock serialises recoverers; live owners are never touched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import layout
+from .clients import is_dead
+from .errors import StoreError
+from .lifecycle import Move, State
+from .session import from_wire, now_ms, reclaim_dead_owners
+from .transaction import log_owner, pending_logs, read_log, recover_log
+
+
+@dataclass
+class RecoveryReport:
+    transactions: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    redelivered: int = 0
+    orphans_quarantined: int = 0
+    orphans_discarded: int = 0
+    expired: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "transactions": dict(self.transactions),
+            "redelivered": self.redelivered,
+            "orphans_quarantined": self.orphans_quarantined,
+            "orphans_discarded": self.orphans_discarded,
+            "expired": self.expired,
+            "errors": list(self.errors),
+        }
+
+
+class _RootLock:
+    def __init__(self, root: Path):
+        path = Path(root) / layout.INTERNAL / "recovery.lock"
+        os.makedirs(path.parent, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def __enter__(self) -> "_RootLock":
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def recover(
+    root: str | Path,
+    *,
+    orphan_age: float = 3600.0,
+    quarantine_orphans: bool = True,
+    assume_unknown_dead: bool = False,
+    expire: bool = True,
+) -> RecoveryReport:
+    """Recover every dropbox under ``root``.  ``orphan_age`` in seconds;
+    ``assume_unknown_dead`` also reclaims entries of never-registered (foreign/1.2) clients."""
+    root = Path(root)
+    report = RecoveryReport()
+    with _RootLock(root):
+        live_names: set[str] = set()
+        for where, path in list(pending_logs(root)):
+            owner = log_owner(path.name)
+            if is_dead(root, owner, assume_unknown_dead):
+                try:
+                    outcome = recover_log(root, where, path)
+                except (OSError, StoreError) as exc:
+                    report.errors.append(f"{path}: {exc}")
+                    continue
+                report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
+            else:
+                live_names.update(e.name for e in read_log(path) if e.kind == "send")
+        cutoff = time.time() - orphan_age
+        now = now_ms()
+        for _, box in layout.all_dropboxes(root):
+            report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)
+            _sweep_working(box, cutoff, live_names, quarantine_orphans, report)
+            if expire:
+                for name in box.list(State.NEW):
+                    if from_wire(name, now).is_expired(now):
+                        try:
+                            report.expired += box.move(Move.EXPIRE, State.NEW, name)
+                        except StoreError as exc:
+                            report.errors.append(str(exc))
+    return report
+
+
+def _sweep_working(box, cutoff: float, live_names: set[str], quarantine: bool,
+                   report: RecoveryReport) -> None:
+    target_inodes = None
+    for name in box.list(State.NOT_COMMITTED):
+        if name in live_names:
+            continue
+        try:
+            st = box.stat(State.NOT_COMMITTED, name)
+        except FileNotFoundError:
+            continue
+        if target_inodes is None:
+            target_inodes = _inodes(box, State.NEW)
+        try:
+            if st.st_ino in target_inodes:
+                # link()+unlink() fallback interrupted: the message was sent.
+                report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+            elif st.st_mtime < cutoff:
+                if quarantine:
+                    report.orphans_quarantined += box.move(Move.QUARANTINE, State.NOT_COMMITTED, name)
+                else:
+                    report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+        except StoreError as exc:
+            report.errors.append(str(exc))
+
+
+def _inodes(box, state: State) -> set[int]:
+    out = set()
+    for name in box.list(state):
+        try:
+            st = box.stat(state, name)
+        except FileNotFoundError:
+            continue
+        if st.st_nlink > 1:
+            out.add(st.st_ino)
+    return out
+

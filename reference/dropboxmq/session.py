@@ -1,0 +1,739 @@
+"""The JMS-shaped API: Connection, Session, MessageProducer, MessageConsumer, QueueBrowser.
+
+Semantics follow JMS (PROTOCOL.md §4), not 1.2:
+
+* AUTO_ACKNOWLEDGE: ``receive`` acks as it returns; a listener's message is
+  acked after ``on_message`` returns, and redelivered if it raises.
+* DUPS_OK_ACKNOWLEDGE: acks are batched (lazy), so a crash may redeliver.
+* CLIENT_ACKNOWLEDGE: ``acknowledge()`` acks *every* message the session consumed.
+* SESSION_TRANSACTED: sends stay in working/ until ``commit``; receives stay in
+  processing/; commit/rollback go through the transaction log; close rolls back.
+* ``recover()`` / rollback put messages back in target/ with JMSRedelivered and
+  JMSXDeliveryCount + 1; past ``max_delivery_attempts`` they go to error/.
+
+Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import codec, layout
+from .clients import Registration, is_dead
+from .errors import IllegalStateError, InvalidDestinationError, StoreError
+from .lifecycle import Move, State
+from .message import (
+    BytesMessage,
+    DeliveryMode,
+    Destination,
+    MapMessage,
+    Message,
+    ObjectMessage,
+    Property,
+    Queue,
+    StreamMessage,
+    TextMessage,
+    Topic,
+)
+from .store import Dropbox, NotARegularFile, check_file_system, sync_many
+from .transaction import TransactionLog, ensure_layout
+
+log = logging.getLogger("dropboxmq")
+
+
+class AckMode(enum.IntEnum):
+    SESSION_TRANSACTED = 0
+    AUTO_ACKNOWLEDGE = 1
+    CLIENT_ACKNOWLEDGE = 2
+    DUPS_OK_ACKNOWLEDGE = 3
+
+
+AUTO_ACKNOWLEDGE = AckMode.AUTO_ACKNOWLEDGE
+CLIENT_ACKNOWLEDGE = AckMode.CLIENT_ACKNOWLEDGE
+DUPS_OK_ACKNOWLEDGE = AckMode.DUPS_OK_ACKNOWLEDGE
+SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
+
+#: [ours] provider properties (JMS_<vendor>_ prefix, reserved by JMS for providers)
+#: carry what 1.2's name format has no field for.  Absent = the JMS default.
+DELIVERY_TIME_PROP = "JMS_DropboxMQ_DeliveryTime"  # L, ms since epoch (delivery delay)
+DELIVERY_MODE_PROP = "JMS_DropboxMQ_DeliveryMode"  # I, written only for NON_PERSISTENT
+DELIVERY_COUNT_PROP = "JMSXDeliveryCount"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_delivery_attempts: int = 10  # deliveries before a message is dead-lettered to error/
+    scan_interval: float = 0.25  # s: a new higher-priority message overtakes within this
+    poll_interval: float = 0.05  # s: longest wait between two looks at an empty target/
+    recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
+    dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
+    min_batch: int = 256  # names taken from one listing, at least ...
+    batch_fraction: int = 8  # ... or 1/8 of the listing: keeps per-message scan cost flat
+    allow_network_fs: bool = False
+
+
+# ---------------------------------------------------------------- wire mapping
+
+
+def to_wire(msg: Message) -> str:
+    """The file name for ``msg`` (headers that 1.2 has no field for become provider props)."""
+    extra = dict(msg.properties)
+    extra.pop(DELIVERY_COUNT_PROP, None)
+    if msg.delivery_time and msg.delivery_time > msg.timestamp:
+        extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
+    if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
+        extra[DELIVERY_MODE_PROP] = Property("I", int(DeliveryMode.NON_PERSISTENT))
+    return codec.encode_name(replace(msg, properties=extra, delivery_count=1, redelivered=False))
+
+
+def from_wire(name: str, now: int | None = None) -> Message:
+    msg = codec.decode_name(name, now)
+    props = msg.properties
+    dt = props.pop(DELIVERY_TIME_PROP, None)
+    if dt is not None and isinstance(dt.value, int):
+        msg.delivery_time = dt.value
+    dm = props.pop(DELIVERY_MODE_PROP, None)
+    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
+        msg.delivery_mode = DeliveryMode.NON_PERSISTENT
+    return msg
+
+
+# ---------------------------------------------------------------- connection
+
+
+class Connection:
+    """A connection to one root.  ``client_id`` is registered (and locked) under
+    ``dropboxmq/clients/``; without one, a 1.2-style id is generated."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        client_id: str | None = None,
+        settings: Settings | None = None,
+        *,
+        allow_network_fs: bool = False,
+    ):
+        self.root = Path(root)
+        self.settings = settings or Settings(allow_network_fs=allow_network_fs)
+        os.makedirs(self.root, exist_ok=True)
+        check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
+        ensure_layout(self.root)
+        generated = client_id is None
+        self.client_id = client_id or codec.new_message_id()[3:]
+        self._registration = Registration(self.root, self.client_id)
+        self.client_id_generated = generated
+        self._sessions: list[Session] = []
+        self._closed = False
+        self._started = threading.Event()
+        self._started.set()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def create_session(
+        self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE
+    ) -> "Session":
+        self._check_open()
+        session = Session(self, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
+        self._sessions.append(session)
+        return session
+
+    def start(self) -> None:
+        self._started.set()
+
+    def stop(self) -> None:
+        """Pause delivery to listeners and receives until ``start()``."""
+        self._started.clear()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for s in list(self._sessions):
+            s.close()
+        self._registration.release()
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("connection is closed")
+
+    def _box_for_send(self, dest: Destination) -> Dropbox:
+        if isinstance(dest, Queue):
+            return layout.queue_box(self.root, dest).ensure()
+        raise InvalidDestinationError(f"{dest}: sending to topics needs the topics module")
+
+
+# ---------------------------------------------------------------- session
+
+
+@dataclass
+class Delivery:
+    """A message in processing/ that this session holds."""
+
+    box: Dropbox
+    processing_name: str
+    original_name: str
+    message: Message
+
+
+class Session:
+    def __init__(self, connection: Connection, ack_mode: AckMode):
+        self.connection = connection
+        self.ack_mode = ack_mode
+        self.settings = connection.settings
+        self._tag = uuid.uuid4().hex[:12]
+        self._tx_seq = 0
+        self._tx: TransactionLog | None = None
+        self._unacked: list[Delivery] = []  # CLIENT, DUPS_OK (lazy) and transacted receives
+        self._consumers: list[MessageConsumer] = []
+        self._closed = False
+        self._lock = threading.RLock()
+        self._dispatcher: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    # --- JMS surface
+    @property
+    def transacted(self) -> bool:
+        return self.ack_mode is AckMode.SESSION_TRANSACTED
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def create_producer(self, destination: Destination | None = None) -> "MessageProducer":
+        self._check_open()
+        return MessageProducer(self, destination)
+
+    def create_consumer(self, destination: Destination, selector: str | None = None) -> "MessageConsumer":
+        self._check_open()
+        if not isinstance(destination, Queue):
+            raise InvalidDestinationError(f"{destination} is not a queue (topics: see topics.py)")
+        consumer = MessageConsumer(self, layout.queue_box(self.connection.root, destination).ensure(),
+                                   destination, selector)
+        self._consumers.append(consumer)
+        return consumer
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
+        self._check_open()
+        return QueueBrowser(self, queue, selector)
+
+    def create_text_message(self, text: str = "") -> TextMessage:
+        return TextMessage(body=text.encode("utf-8"))
+
+    def create_bytes_message(self, data: bytes = b"") -> BytesMessage:
+        return BytesMessage(body=bytes(data))
+
+    def create_map_message(self, values: dict | None = None) -> MapMessage:
+        m = MapMessage()
+        m.map = values or {}
+        return m
+
+    def create_stream_message(self, items: list | None = None) -> StreamMessage:
+        m = StreamMessage()
+        m.items = items or []
+        return m
+
+    def create_object_message(self, data: bytes = b"") -> ObjectMessage:
+        return ObjectMessage(body=bytes(data))
+
+    def create_message(self) -> Message:
+        return Message()
+
+    # --- acknowledgement
+    def acknowledge(self) -> None:
+        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2)."""
+        with self._lock:
+            self._check_open()
+            if self.transacted:
+                raise IllegalStateError("acknowledge() is not allowed in a transacted session")
+            self._ack(self._unacked)
+            self._unacked = []
+
+    def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
+        """ACK each delivery; fsync processed/ once per directory for persistent ones."""
+        touched = []
+        for d in deliveries:
+            moved = d.box.move(Move.ACK, State.DELIVERED, d.processing_name)
+            if moved and d.message.delivery_mode == DeliveryMode.PERSISTENT:
+                touched.append((d.box, State.ACKNOWLEDGED))
+        if durable and touched:
+            sync_many(touched)
+
+    def recover(self) -> None:
+        """Stop, and redeliver every unacknowledged message from the oldest on."""
+        with self._lock:
+            self._check_open()
+            if self.transacted:
+                raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
+            self._redeliver(self._unacked)
+            self._unacked = []
+
+    def _redeliver(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
+        for c in self._consumers:
+            c._scanner.invalidate()
+
+    # --- transactions
+    def _tx_log(self) -> TransactionLog:
+        if self._tx is None:
+            self._tx_seq += 1
+            self._tx = TransactionLog(self.connection.root, self.connection.client_id, self._tag, self._tx_seq)
+        return self._tx
+
+    def commit(self) -> None:
+        with self._lock:
+            self._check_open()
+            if not self.transacted:
+                raise IllegalStateError("commit() needs a transacted session")
+            tx, self._tx = self._tx, None
+            self._unacked = []
+            if tx is not None:
+                tx.commit(durable=True)
+
+    def rollback(self) -> None:
+        with self._lock:
+            self._check_open()
+            if not self.transacted:
+                raise IllegalStateError("rollback() needs a transacted session")
+            self._rollback()
+
+    def _rollback(self) -> None:
+        tx, self._tx = self._tx, None
+        self._unacked = []
+        if tx is not None:
+            tx.rollback()
+        for c in self._consumers:
+            c._scanner.invalidate()
+
+    def close(self) -> None:
+        """Close: roll back an open transaction, redeliver unacked CLIENT messages,
+        flush DUPS_OK acks."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.set()
+        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
+            self._dispatcher.join()
+        with self._lock:
+            if self.transacted:
+                self._rollback()
+            elif self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE:
+                self._ack(self._unacked)
+            else:
+                self._redeliver(self._unacked)
+            self._unacked = []
+            if self in self.connection._sessions:
+                self.connection._sessions.remove(self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("session is closed")
+        self.connection._check_open()
+
+    # --- delivery bookkeeping (called by consumers)
+    def _delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
+        mode = self.ack_mode
+        if mode is AckMode.SESSION_TRANSACTED:
+            self._tx_log().record("receive", d.box, d.processing_name)
+            self._unacked.append(d)
+        elif mode is AckMode.AUTO_ACKNOWLEDGE:
+            if not by_listener:
+                self._ack([d])  # receive(): acked as it returns
+        elif mode is AckMode.DUPS_OK_ACKNOWLEDGE:
+            if not by_listener:
+                self._unacked.append(d)
+                if len(self._unacked) >= self.settings.dups_ok_batch:
+                    self._ack(self._unacked, durable=False)
+                    self._unacked = []
+        else:
+            self._unacked.append(d)
+
+    def _flush_lazy_acks(self) -> None:
+        if self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and self._unacked:
+            self._ack(self._unacked, durable=False)
+            self._unacked = []
+
+    # --- listeners: one dispatcher thread per session (JMS sessions are single-threaded)
+    def _ensure_dispatcher(self) -> None:
+        if self._dispatcher is None:
+            self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"dropboxmq-{self._tag}",
+                                                daemon=True)
+            self._dispatcher.start()
+        self._wake.set()
+
+    def _dispatch_loop(self) -> None:
+        wait = 0.001
+        while not self._closed:
+            if not self.connection._started.is_set():
+                self.connection._started.wait(self.settings.poll_interval)
+                continue
+            delivered = False
+            for consumer in list(self._consumers):
+                if consumer._listener is None or consumer._closed:
+                    continue
+                with self._lock:
+                    if self._closed:
+                        return
+                    d = consumer._claim_next()
+                    if d is None:
+                        continue
+                    delivered = True
+                    self._run_listener(consumer, d)
+            if delivered:
+                wait = 0.001
+            else:
+                with self._lock:
+                    self._flush_lazy_acks()
+                self._wake.wait(wait)
+                self._wake.clear()
+                wait = min(wait * 2, self.settings.poll_interval)
+
+    def _run_listener(self, consumer: "MessageConsumer", d: Delivery) -> None:
+        self._delivered(d, by_listener=True)
+        try:
+            consumer._listener(d.message)  # type: ignore[misc]
+        except Exception:
+            log.exception("message listener raised; the message will be redelivered")
+            if self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
+                self._redeliver([d])
+            return
+        if self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
+            self._ack([d])
+        elif self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE:
+            self._unacked.append(d)
+            if len(self._unacked) >= self.settings.dups_ok_batch:
+                self._flush_lazy_acks()
+
+
+# ---------------------------------------------------------------- producer
+
+
+class MessageProducer:
+    def __init__(self, session: Session, destination: Destination | None):
+        self.session = session
+        self.destination = destination
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0.0  # seconds; 0 = never expires
+        self.delivery_delay = 0.0  # seconds
+
+    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode, priority,
+                 time_to_live, delivery_delay) -> tuple[Message, str, Dropbox]:
+        dest = destination or self.destination
+        if dest is None:
+            raise InvalidDestinationError("no destination: give one to the producer or to send()")
+        mode = DeliveryMode(self.delivery_mode if delivery_mode is None else delivery_mode)
+        prio = self.priority if priority is None else priority
+        if not isinstance(prio, int) or not 0 <= prio <= 9:
+            raise ValueError(f"priority must be an int from 0 to 9, got {prio!r}")
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        if ttl < 0 or delay < 0:
+            raise ValueError("time_to_live and delivery_delay must be >= 0")
+        msg.message_id = codec.new_message_id()
+        msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
+        msg.priority, msg.delivery_mode, msg.destination = prio, mode, dest
+        msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
+        msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
+        msg.redelivered, msg.delivery_count = False, 1
+        name = to_wire(msg)
+        return msg, name, self.session.connection._box_for_send(dest)
+
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: DeliveryMode | None = None, priority: int | None = None,
+             time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
+        """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit)."""
+        self.session._check_open()
+        msg, name, box = self._prepare(message, destination, delivery_mode, priority, time_to_live,
+                                       delivery_delay)
+        durable = msg.delivery_mode == DeliveryMode.PERSISTENT
+        with self.session._lock:
+            if self.session.transacted:
+                self.session._tx_log().record("send", box, name)
+                box.create(name, msg.body, durable)
+            else:
+                box.create(name, msg.body, durable)
+                try:
+                    box.move(Move.SEND, State.NOT_COMMITTED, name, durable=durable)
+                except BaseException:
+                    box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                    raise
+        return msg
+
+    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw) -> list[Message]:
+        """Bulk send with group commit: fsync each file, rename all, fsync target/ once."""
+        if self.session.transacted:
+            return [self.send(m, destination, **kw) for m in messages]
+        self.session._check_open()
+        prepared = [self._prepare(m, destination, kw.get("delivery_mode"), kw.get("priority"),
+                                  kw.get("time_to_live"), kw.get("delivery_delay")) for m in messages]
+        created: list[tuple[Dropbox, str]] = []
+        try:
+            for msg, name, box in prepared:
+                box.create(name, msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT)
+                created.append((box, name))
+        except BaseException:
+            for box, name in created:
+                box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+            raise
+        for box, name in created:
+            box.move(Move.SEND, State.NOT_COMMITTED, name)
+        durable_boxes = [(b, State.NEW) for (m, _, b) in prepared if m.delivery_mode == DeliveryMode.PERSISTENT]
+        sync_many(durable_boxes)
+        return [m for m, _, _ in prepared]
+
+
+# ---------------------------------------------------------------- consumer side
+
+
+class _Scanner:
+    """Which name to try next: one listing per poll, a capped batch in priority order.
+
+    The batch is at least ``min_batch`` names or 1/``batch_fraction`` of the
+    listing, so the listing's cost per message stays flat as the backlog grows;
+    a fresh listing is taken when the batch runs out or ``scan_interval`` passed
+    (scaled by how long a listing takes), so newly arrived higher-priority
+    messages overtake the backlog within one scan interval.
+    """
+
+    def __init__(self, box: Dropbox, settings: Settings):
+        self.box = box
+        self.settings = settings
+        self._batch: list[str] = []
+        self._pos = 0
+        self._listed_at = -1e9
+        self._list_cost = 0.0
+        self._keys: dict[str, tuple] = {}
+        self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
+
+    def invalidate(self) -> None:
+        self._batch, self._pos = [], 0
+
+    def _stale(self, now: float) -> bool:
+        return now - self._listed_at > max(self.settings.scan_interval, 10 * self._list_cost)
+
+    def relist(self) -> None:
+        started = time.monotonic()
+        names = self.box.list(State.NEW)
+        keys = self._keys
+        self._keys = {n: keys.get(n) or codec.sort_key(n) for n in names}
+        if self.skip:
+            self.skip &= self._keys.keys()
+            names = [n for n in names if n not in self.skip]
+        size = max(self.settings.min_batch, len(names) // self.settings.batch_fraction)
+        k = self._keys
+        self._batch = heapq.nsmallest(size, names, key=k.__getitem__) if size < len(names) else sorted(
+            names, key=k.__getitem__)
+        self._pos = 0
+        self._listed_at = time.monotonic()
+        self._list_cost = self._listed_at - started
+
+    def next(self) -> str | None:
+        if self._pos >= len(self._batch) or self._stale(time.monotonic()):
+            self.relist()
+        while self._pos < len(self._batch):
+            name = self._batch[self._pos]
+            self._pos += 1
+            if name not in self.skip:
+                return name
+        return None
+
+
+class MessageConsumer:
+    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None):
+        self.session = session
+        self.box = box
+        self.destination = destination
+        self.message_selector = selector or None
+        self._selector = None
+        if selector and selector.strip():
+            from .selector import parse
+
+            self._selector = parse(selector)
+        self._scanner = _Scanner(box, session.settings)
+        self._listener: Callable[[Message], None] | None = None
+        self._closed = False
+        self._last_recovery = -1e9
+        self._deferred: dict[str, int] = {}  # names with a future delivery time -> ms
+
+    # --- JMS surface
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """Wait up to ``timeout`` seconds (None: forever, 0: don't wait) for a message."""
+        self._check_receive()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = 0.001
+        while True:
+            if self.session.connection._started.is_set():
+                with self.session._lock:
+                    d = self._claim_next()
+                    if d is not None:
+                        self.session._delivered(d)
+                        return d.message
+                    self.session._flush_lazy_acks()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            time.sleep(wait if remaining is None else min(wait, remaining))
+            wait = min(wait * 2, self.session.settings.poll_interval)
+            self._check_receive()
+
+    def receive_no_wait(self) -> Message | None:
+        return self.receive(0)
+
+    def set_message_listener(self, listener: Callable[[Message], None] | None) -> None:
+        self.session._check_open()
+        self._listener = listener
+        if listener is not None:
+            self.session._ensure_dispatcher()
+
+    def close(self) -> None:
+        self._closed = True
+        if self in self.session._consumers:
+            self.session._consumers.remove(self)
+
+    def __enter__(self) -> "MessageConsumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        while (m := self.receive(0)) is not None:
+            yield m
+
+    def _check_receive(self) -> None:
+        self.session._check_open()
+        if self._closed:
+            raise IllegalStateError("consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateError("receive() is not allowed while a message listener is set")
+
+    # --- the claim
+    def _claim_next(self) -> Delivery | None:
+        """Try names in order until one claim succeeds; None when target/ has nothing for us."""
+        now_mono = time.monotonic()
+        if now_mono - self._last_recovery > self.session.settings.recovery_interval:
+            self._last_recovery = now_mono
+            reclaim_dead_owners(self.session.connection.root, self.box)
+        scanner = self._scanner
+        while (name := scanner.next()) is not None:
+            d = self._try_claim(name)
+            if d is not None:
+                return d
+        return None
+
+    def _try_claim(self, name: str) -> Delivery | None:
+        box, settings, scanner = self.box, self.session.settings, self._scanner
+        now = now_ms()
+        header = from_wire(name, now)
+        if self._selector is not None and not self._selector.matches(header):
+            scanner.skip.add(name)  # a name never changes: it will never match
+            return None
+        if header.delivery_time > now:
+            return None  # delivery delay not yet over: try again after the next listing
+        if header.is_expired(now):
+            box.move(Move.EXPIRE, State.NEW, name)
+            return None
+        count = header.delivery_count
+        pname = codec.processing_name(self.session.connection.client_id, codec.with_delivery_count(name, count))
+        try:
+            if not box.move(Move.CLAIM, State.NEW, name, pname):
+                return None  # lost the race: normal, silent
+        except StoreError as exc:
+            log.warning("cannot claim %s, skipping it: %s", name, exc)
+            scanner.skip.add(name)
+            return None
+        if count > settings.max_delivery_attempts:
+            log.warning("%s delivered %d times: dead-lettered", name, count - 1)
+            box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+            return None
+        try:
+            body = box.read(State.DELIVERED, pname)
+        except (NotARegularFile, OSError) as exc:
+            log.warning("unreadable message %s quarantined to error/: %s", name, exc)
+            box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+            return None
+        header.body = body
+        header.destination = self.destination
+        header.properties[DELIVERY_COUNT_PROP] = Property("I", count)
+        header._session = self.session  # type: ignore[attr-defined]
+        _, original = codec.split_processing_name(pname)
+        return Delivery(box, pname, original, header)
+
+
+def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
+    """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
+    moved = 0
+    verdicts: dict[str, bool] = {}
+    for pname in box.list(State.DELIVERED):
+        client, original = codec.split_processing_name(pname)
+        if client is None:
+            dead = assume_unknown_dead
+        else:
+            if client not in verdicts:
+                verdicts[client] = is_dead(root, client, assume_unknown_dead)
+            dead = verdicts[client]
+        if dead:
+            try:
+                if box.move(Move.REDELIVER, State.DELIVERED, pname, original):
+                    moved += 1
+            except StoreError as exc:
+                log.warning("cannot redeliver %s: %s", pname, exc)
+    return moved
+
+
+class QueueBrowser:
+    """Look at a queue's NEW messages in delivery order without moving anything.
+    Expired and not-yet-deliverable messages are not shown."""
+
+    def __init__(self, session: Session, queue: Queue, selector: str | None = None):
+        self.session = session
+        self.queue = queue
+        self.box = layout.queue_box(session.connection.root, queue)
+        self._selector = None
+        if selector and selector.strip():
+            from .selector import parse
+
+            self._selector = parse(selector)
+
+    def __iter__(self) -> Iterator[Message]:
+        now = now_ms()
+        names = sorted(self.box.list(State.NEW), key=codec.sort_key)
+        for name in names:
+            msg = from_wire(name, now)
+            if msg.is_expired(now) or msg.delivery_time > now:
+                continue
+            if self._selector is not None and not self._selector.matches(msg):
+                continue
+            try:
+                msg.body = self.box.read(State.NEW, name)
+            except OSError:
+                continue  # claimed meanwhile, or not a regular file
+            msg.destination = self.queue
+            yield msg
+
+    def get_enumeration(self) -> Iterator[Message]:
+        return iter(self)
+
+    def close(self) -> None:
+        pass

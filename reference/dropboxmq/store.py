@@ -1,0 +1,316 @@
+"""The I/O shell: the only module that creates, renames, reads or deletes message files.
+
+It executes the lifecycle table (``lifecycle.py``): every method that moves a
+file names its ``Move`` and the table decides the source and destination
+directory.  Everything above this module (sessions, recovery, the CLI) thinks
+in moves, never in paths.
+
+Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/,
+write fully, fsync the file, rename into target/ *without replacing* an
+existing name, fsync target/.  NON_PERSISTENT skips both fsyncs.  Batches
+(transactions, bulk sends) fsync each file, rename them all, then fsync each
+touched directory once (group commit).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .errors import StoreError, UnsupportedFileSystemError
+from .lifecycle import STATE_DIRS, Move, State, next_state
+
+MAX_NAME_BYTES = 255
+
+_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+# ---------------------------------------------------------------- rename without replace
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+if _renameat2 is not None:
+    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    _renameat2.restype = ctypes.c_int
+_noreplace_supported = _renameat2 is not None
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.
+
+    renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
+    Elsewhere link()+unlink(): never replaces either, and a crash between the
+    two leaves both names on one inode, which recovery resolves (same inode in
+    working/ and target/ = sent).
+    """
+    global _noreplace_supported
+    if _noreplace_supported:
+        if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), src, None, dst)
+        _noreplace_supported = False
+    os.link(src, dst, follow_symlinks=False)
+    os.unlink(src)
+
+
+# ---------------------------------------------------------------- file-system checks
+
+NETWORK_FILE_SYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",
+     "fuse.glusterfs", "lustre", "gpfs", "davfs", "fuse.s3fs", "fuse.rclone", "virtiofs"}
+)
+
+
+def file_system_type(path: Path) -> str:
+    """The type of the mounted file system holding ``path`` (from /proc/self/mountinfo)."""
+    target = os.path.realpath(path)
+    best, best_type = "", "unknown"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                mount_point = left.split()[4].replace("\\040", " ")
+                fs_type = right.split()[0] if right else "unknown"
+                inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+                if inside and len(mount_point) >= len(best):
+                    best, best_type = mount_point, fs_type
+    except OSError:
+        pass
+    return best_type
+
+
+def check_file_system(path: Path, allow_network: bool) -> None:
+    fs_type = file_system_type(path)
+    if fs_type in NETWORK_FILE_SYSTEMS and not allow_network:
+        raise UnsupportedFileSystemError(
+            f"{path} is on a network file system ({fs_type}): rename and listing guarantees are "
+            "weaker there (stale listings, retried renames); pass allow_network_fs=True "
+            "(--allow-network-fs) to use it anyway"
+        )
+
+
+# ---------------------------------------------------------------- one dropbox
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A name found in a state directory by a listing (possibly stale by the time it is used)."""
+
+    state: State
+    name: str
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _store_error(action: str, path: str, exc: OSError) -> StoreError:
+    reason = {
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.EROFS: "read-only file system",
+        errno.EIO: "input/output error",
+        errno.ENAMETOOLONG: "file name too long",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    err = StoreError(f"cannot {action} {path}: {reason}")
+    err.errno = exc.errno  # type: ignore[attr-defined]
+    return err
+
+
+class Dropbox:
+    """One directory holding the six state directories (a queue's ``incoming/``,
+    a topic's ``.incoming/`` or one subscription)."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
+
+    def __repr__(self) -> str:
+        return f"Dropbox({str(self.path)!r})"
+
+    # --- layout
+    def ensure(self) -> "Dropbox":
+        for d in STATE_DIRS:
+            os.makedirs(self.path / d, exist_ok=True)
+        return self
+
+    def exists(self) -> bool:
+        return all(os.path.isdir(self.path / d) for d in STATE_DIRS)
+
+    def dir(self, state: State) -> str:
+        return self._dirs[state]
+
+    def file(self, state: State, name: str) -> str:
+        return os.path.join(self._dirs[state], name)
+
+    def sync(self, *states: State) -> None:
+        """fsync the given state directories (group commit of renames)."""
+        for state in states:
+            _fsync_dir(self._dirs[state])
+
+    # --- listing
+    def list(self, state: State) -> list[str]:
+        """One directory listing; dot-files are foreign work in progress and never listed."""
+        try:
+            return [n for n in os.listdir(self._dirs[state]) if not n.startswith(".")]
+        except FileNotFoundError:
+            return []
+
+    def count(self, state: State) -> int:
+        return len(self.list(state))
+
+    # --- CREATE: ABSENT -> NOT_COMMITTED
+    def create(self, name: str, body: bytes, durable: bool) -> None:
+        """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
+        fsync it when durable.  On any failure the partial file is removed."""
+        next_state(State.ABSENT, Move.CREATE)
+        if len(os.fsencode(name)) > MAX_NAME_BYTES:
+            raise StoreError(f"file name is {len(os.fsencode(name))} bytes, over the {MAX_NAME_BYTES}-byte limit")
+        path = self.file(State.NOT_COMMITTED, name)
+        try:
+            fd = os.open(path, _O_CREATE, 0o644)
+        except OSError as exc:
+            raise _store_error("create", path, exc) from exc
+        try:
+            view = memoryview(body)
+            while view:  # short writes happen (signals, nearly full disks)
+                written = os.write(fd, view)
+                view = view[written:]
+            if durable:
+                os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            _unlink_quietly(path)
+            raise _store_error("write", path, exc) from exc
+        os.close(fd)
+
+    # --- every rename of the table
+    def move(
+        self,
+        move: Move,
+        source: State,
+        name: str,
+        new_name: str | None = None,
+        *,
+        durable: bool = False,
+    ) -> bool:
+        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).
+
+        Returns False when the source is gone (a lost race: someone else moved it
+        first) — normal and silent.  Never replaces an existing destination.
+        """
+        destination = next_state(source, move)
+        src = self.file(source, name)
+        if destination is State.ABSENT:
+            try:
+                os.unlink(src)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise _store_error("delete", src, exc) from exc
+            return True
+        dst = self.file(destination, new_name or name)
+        try:
+            rename_noreplace(src, dst)
+        except FileNotFoundError:
+            return False
+        except FileExistsError:
+            if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
+                # A foreign producer reused a name: keep both, never overwrite.
+                return self._move_aside(src, destination, new_name or name)
+            raise StoreError(f"cannot {move.name.lower()} {src}: {dst} already exists")
+        except OSError as exc:
+            raise _store_error(move.name.lower(), src, exc) from exc
+        if durable:
+            _fsync_dir(self._dirs[destination])
+        return True
+
+    def _move_aside(self, src: str, destination: State, name: str) -> bool:
+        for n in range(1, 1000):
+            try:
+                rename_noreplace(src, self.file(destination, f"{n}~{name}"[:MAX_NAME_BYTES]))
+                return True
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return False
+        raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
+
+    # --- reading
+    def read(self, state: State, name: str) -> bytes:
+        """Read a message body.  Symlinks, FIFOs, directories and other non-regular
+        files raise NotARegularFile (they are quarantined, never delivered)."""
+        path = self.file(state, name)
+        try:
+            fd = os.open(path, _O_READ)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                raise NotARegularFile(path) from exc
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotARegularFile(path)
+            chunks = []
+            while True:
+                chunk = os.read(fd, max(st.st_size, 65536))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def stat(self, state: State, name: str) -> os.stat_result:
+        return os.lstat(self.file(state, name))
+
+
+class NotARegularFile(OSError):
+    """A symlink, FIFO, device or directory where a message file should be."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def iter_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
+    """Every queue dropbox under ``root``: (queue name, dropbox)."""
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(".") or name in ("dropboxmq", "topic-root"):
+            continue
+        box = Dropbox(Path(root) / name / "incoming")
+        if box.exists():
+            yield name, box
+
+
+def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
+    """fsync each distinct (dropbox, state directory) once."""
+    seen = set()
+    for box, state in boxes:
+        key = box.dir(state)
+        if key not in seen:
+            seen.add(key)
+            _fsync_dir(key)

@@ -1,0 +1,173 @@
+"""The transaction log: crash-atomic commit of a group of moves (PROTOCOL.md §5).
+
+A transacted session appends one line per operation to its log in
+``dropboxmq/transaction/associated/`` while the transaction is open (so that
+a dead session's working/ files can be attributed and rolled back at once).
+
+    commit:   fsync the log; rename it into committing/ and fsync that directory
+              -- the POINT OF NO RETURN --; apply every move (SEND for sends,
+              ACK for receives); fsync the touched directories; delete the log.
+    rollback: rename the log into rolling-back/; apply the inverse moves
+              (DISCARD for sends, REDELIVER for receives); delete the log.
+    recovery: a log in committing/ is rolled forward, a log anywhere else is
+              rolled back -- only for owners that are dead.
+
+Applying a move twice is harmless: a move whose source is gone returns False
+(store.Dropbox.move), so roll-forward and roll-back are idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from . import codec
+from .lifecycle import Move, State
+from .store import Dropbox, _fsync_dir, sync_many
+
+ASSOCIATED, COMMITTING, ROLLING_BACK = "associated", "committing", "rolling-back"
+LOG_DIRS = (ASSOCIATED, COMMITTING, ROLLING_BACK, "committed", "rolled-back")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    kind: str  # "send" | "receive"
+    box: str  # dropbox path relative to the root
+    name: str  # working/ name (send) or processing/ name (receive)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> "LogEntry":
+        d = json.loads(line)
+        return cls(d["kind"], d["box"], d["name"])
+
+
+def transaction_dir(root: Path) -> Path:
+    return Path(root) / "dropboxmq" / "transaction"
+
+
+def ensure_layout(root: Path) -> None:
+    for d in LOG_DIRS:
+        os.makedirs(transaction_dir(root) / d, exist_ok=True)
+
+
+def log_owner(log_name: str) -> str:
+    """The client id that owns a log named ``<enc(clientId)>~<session>~<seq>``."""
+    return codec.decode_field(log_name.split("~", 1)[0])
+
+
+class TransactionLog:
+    """The log of one open transaction of one session."""
+
+    def __init__(self, root: Path, client_id: str, session_tag: str, seq: int):
+        self.root = Path(root)
+        self.name = f"{codec.encode_field(client_id)}~{session_tag}~{seq}"
+        self.entries: list[LogEntry] = []
+        self._fd: int | None = None
+
+    def _path(self, where: str) -> str:
+        return str(transaction_dir(self.root) / where / self.name)
+
+    def record(self, kind: str, box: Dropbox, name: str) -> None:
+        entry = LogEntry(kind, os.path.relpath(box.path, self.root), name)
+        if self._fd is None:
+            self._fd = os.open(
+                self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+        os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
+        self.entries.append(entry)
+
+    def _close(self, sync: bool) -> None:
+        if self._fd is not None:
+            if sync:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def commit(self, durable: bool) -> None:
+        if not self.entries:
+            self._close(False)
+            return
+        self._close(durable)
+        os.rename(self._path(ASSOCIATED), self._path(COMMITTING))
+        if durable:
+            _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
+        # ---- point of no return: from here on recovery rolls forward ----
+        roll_forward(self.root, self.entries, durable)
+        os.unlink(self._path(COMMITTING))
+
+    def rollback(self) -> None:
+        if not self.entries:
+            self._close(False)
+            return
+        self._close(False)
+        os.rename(self._path(ASSOCIATED), self._path(ROLLING_BACK))
+        roll_back(self.root, self.entries)
+        os.unlink(self._path(ROLLING_BACK))
+
+
+def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
+    touched = []
+    for e in entries:
+        box = Dropbox(Path(root) / e.box)
+        if e.kind == "send":
+            box.move(Move.SEND, State.NOT_COMMITTED, e.name)
+            touched.append((box, State.NEW))
+        else:
+            box.move(Move.ACK, State.DELIVERED, e.name)
+            touched.append((box, State.ACKNOWLEDGED))
+    if durable:
+        sync_many(touched)
+
+
+def roll_back(root: Path, entries: list[LogEntry]) -> None:
+    for e in reversed(entries):
+        box = Dropbox(Path(root) / e.box)
+        if e.kind == "send":
+            box.move(Move.DISCARD, State.NOT_COMMITTED, e.name)
+        else:
+            _, original = codec.split_processing_name(e.name)
+            box.move(Move.REDELIVER, State.DELIVERED, e.name, original)
+
+
+def read_log(path: Path) -> list[LogEntry]:
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    entries.append(LogEntry.from_json(line))
+                except (ValueError, KeyError):
+                    break  # a torn last line: the op it describes never happened
+    return entries
+
+
+def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
+    """(directory, path) of every log still on disk."""
+    for where in (COMMITTING, ASSOCIATED, ROLLING_BACK):
+        d = transaction_dir(root) / where
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            yield where, d / name
+
+
+def recover_log(root: Path, where: str, path: Path) -> str:
+    """Finish a dead owner's transaction: forward if it reached committing/, else back."""
+    entries = read_log(path)
+    if where == COMMITTING:
+        roll_forward(root, entries, durable=True)
+        outcome = "rolled forward"
+    else:
+        roll_back(root, entries)
+        outcome = "rolled back"
+    os.unlink(path)
+    return outcome
