@@ -8,7 +8,8 @@ processing/ sweep could REDELIVER them):
    because the claim wrote the delivery count into the name);
 3. orphaned working/ files older than ``orphan_age`` and not named by a live
    owner's log: QUARANTINE to error/ (or DISCARD);
-4. NEW messages whose expiration passed: EXPIRE.
+4. NEW messages whose expiration passed: EXPIRE;
+5. (first, in fact) non-durable subscriptions whose consumers all died: removed.
 
 A root-wide flock serialises recoverers; live owners are never touched.
 """
@@ -26,6 +27,7 @@ from .clients import is_dead
 from .errors import StoreError
 from .lifecycle import Move, State
 from .session import from_wire, now_ms, reclaim_dead_owners
+from .topics import reclaim_orphans
 from .transaction import log_owner, pending_logs, read_log, recover_log
 
 
@@ -36,6 +38,7 @@ class RecoveryReport:
     orphans_quarantined: int = 0
     orphans_discarded: int = 0
     expired: int = 0
+    subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -45,6 +48,7 @@ class RecoveryReport:
             "orphans_quarantined": self.orphans_quarantined,
             "orphans_discarded": self.orphans_discarded,
             "expired": self.expired,
+            "subscriptions_removed": self.subscriptions_removed,
             "errors": list(self.errors),
         }
 
@@ -89,6 +93,7 @@ def recover(
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
             else:
                 live_names.update(e.name for e in read_log(path) if e.kind == "send")
+        report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         now = now_ms()
         for _, box in layout.all_dropboxes(root):

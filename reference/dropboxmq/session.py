@@ -17,6 +17,8 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 from __future__ import annotations
 
 import enum
+import errno
+import functools
 import heapq
 import logging
 import os
@@ -27,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import codec, layout
+from . import codec, layout, topics
 from .clients import Registration, is_dead
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
@@ -45,7 +47,7 @@ from .message import (
     Topic,
 )
 from .store import Dropbox, NotARegularFile, check_file_system, sync_many
-from .transaction import TransactionLog, ensure_layout
+from .transaction import TransactionLog, ensure_layout, recover_owner
 
 log = logging.getLogger("dropboxmq")
 
@@ -71,6 +73,14 @@ DELIVERY_COUNT_PROP = "JMSXDeliveryCount"
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@functools.lru_cache(maxsize=256)
+def selector_for(text: str):
+    """Parsed selectors, cached: a subscription's selector is evaluated at every fan-out."""
+    from .selector import parse
+
+    return parse(text)
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,7 @@ class Connection:
         self._closed = False
         self._started = threading.Event()
         self._started.set()
+        self._temporary: list[Destination] = []
 
     def __enter__(self) -> "Connection":
         return self
@@ -166,17 +177,25 @@ class Connection:
             return
         for s in list(self._sessions):
             s.close()
+        for dest in self._temporary:
+            delete_temporary(self.root, dest)
         self._registration.release()
         self._closed = True
+
+    def _has_pending_work(self, box: Dropbox) -> bool:
+        """Does an open transaction of this connection hold messages of ``box``?"""
+        rel = os.path.relpath(box.path, self.root)
+        return any(s._tx is not None and any(e.box == rel for e in s._tx.entries) for s in self._sessions)
 
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("connection is closed")
 
-    def _box_for_send(self, dest: Destination) -> Dropbox:
+    def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
+        """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
         if isinstance(dest, Queue):
-            return layout.queue_box(self.root, dest).ensure()
-        raise InvalidDestinationError(f"{dest}: sending to topics needs the topics module")
+            return [layout.queue_box(self.root, dest).ensure()]
+        return topics.fan_out_targets(self.root, dest, header, self.client_id)
 
 
 # ---------------------------------------------------------------- session
@@ -222,14 +241,68 @@ class Session:
         self._check_open()
         return MessageProducer(self, destination)
 
-    def create_consumer(self, destination: Destination, selector: str | None = None) -> "MessageConsumer":
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> "MessageConsumer":
+        """A queue consumer, or a topic consumer on a new non-durable subscription."""
         self._check_open()
-        if not isinstance(destination, Queue):
-            raise InvalidDestinationError(f"{destination} is not a queue (topics: see topics.py)")
+        if isinstance(destination, Topic):
+            return self._subscribe(destination, topics.NON_DURABLE, None, selector, no_local)
+        owner = topics.temporary_owner(destination.name)
+        if owner is not None and owner != self.connection.client_id:
+            raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
+        selector_obj = _parse_selector(selector)
         consumer = MessageConsumer(self, layout.queue_box(self.connection.root, destination).ensure(),
-                                   destination, selector)
+                                   destination, selector, selector_obj)
         self._consumers.append(consumer)
         return consumer
+
+    def create_durable_consumer(self, topic: Topic, name: str, selector: str | None = None,
+                                no_local: bool = False) -> "MessageConsumer":
+        """Unshared durable subscription: needs a client id; one active consumer at a time."""
+        return self._subscribe(topic, topics.DURABLE, name, selector, no_local)
+
+    def create_shared_consumer(self, topic: Topic, name: str, selector: str | None = None) -> "MessageConsumer":
+        """Shared non-durable subscription: consumers compete; it ends with its last consumer."""
+        return self._subscribe(topic, topics.SHARED_NON_DURABLE, name, selector, False)
+
+    def create_shared_durable_consumer(self, topic: Topic, name: str,
+                                       selector: str | None = None) -> "MessageConsumer":
+        """Shared durable subscription: consumers compete; it stays until unsubscribed."""
+        return self._subscribe(topic, topics.SHARED_DURABLE, name, selector, False)
+
+    def unsubscribe(self, name: str) -> None:
+        """Remove a durable subscription and its messages (error if active or with pending work)."""
+        self._check_open()
+        topics.unsubscribe(self.connection, name)
+
+    def _subscribe(self, topic: Topic, kind: str, name: str | None, selector: str | None,
+                   no_local: bool) -> "MessageConsumer":
+        self._check_open()
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationError(f"{topic} is not a topic")
+        owner = topics.temporary_owner(topic.name)
+        if owner is not None and owner != self.connection.client_id:
+            raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
+        selector_obj = _parse_selector(selector)  # invalid selector: error before anything is created
+        sub, attachment = topics.open_subscription(self.connection, topic, kind, name, selector, no_local)
+        consumer = MessageConsumer(self, sub.box, topic, selector, None)
+        consumer._subscription, consumer._attachment = sub, attachment
+        del selector_obj  # applied at fan-out: unmatched messages never reach the subscription
+        self._consumers.append(consumer)
+        return consumer
+
+    def create_temporary_queue(self) -> Queue:
+        """A queue removed when this connection closes; only this connection may consume."""
+        q = Queue(topics.temporary_name(self.connection.client_id))
+        layout.queue_box(self.connection.root, q).ensure()
+        self.connection._temporary.append(q)
+        return q
+
+    def create_temporary_topic(self) -> Topic:
+        t = Topic(topics.temporary_name(self.connection.client_id))
+        os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
+        self.connection._temporary.append(t)
+        return t
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
@@ -342,6 +415,8 @@ class Session:
             else:
                 self._redeliver(self._unacked)
             self._unacked = []
+            for consumer in list(self._consumers):
+                consumer.close()  # ends non-durable subscriptions
             if self in self.connection._sessions:
                 self.connection._sessions.remove(self)
 
@@ -349,6 +424,9 @@ class Session:
         if self._closed:
             raise IllegalStateError("session is closed")
         self.connection._check_open()
+
+    def _forget(self, box: Dropbox) -> None:
+        self._unacked = [d for d in self._unacked if d.box.path != box.path]
 
     # --- delivery bookkeeping (called by consumers)
     def _delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
@@ -437,14 +515,15 @@ class MessageProducer:
         self.time_to_live = 0.0  # seconds; 0 = never expires
         self.delivery_delay = 0.0  # seconds
 
-    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode, priority,
-                 time_to_live, delivery_delay) -> tuple[Message, str, Dropbox]:
+    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode=None, priority=None,
+                 time_to_live=None, delivery_delay=None) -> tuple[Message, str, list[Dropbox]]:
+        """Stamp the headers; return the message, its file name and the dropboxes it goes to."""
         dest = destination or self.destination
         if dest is None:
             raise InvalidDestinationError("no destination: give one to the producer or to send()")
         mode = DeliveryMode(self.delivery_mode if delivery_mode is None else delivery_mode)
         prio = self.priority if priority is None else priority
-        if not isinstance(prio, int) or not 0 <= prio <= 9:
+        if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
             raise ValueError(f"priority must be an int from 0 to 9, got {prio!r}")
         ttl = self.time_to_live if time_to_live is None else time_to_live
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
@@ -457,50 +536,59 @@ class MessageProducer:
         msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
         msg.redelivered, msg.delivery_count = False, 1
         name = to_wire(msg)
-        return msg, name, self.session.connection._box_for_send(dest)
+        return msg, name, self.session.connection._boxes_for_send(dest, msg)
 
     def send(self, message: Message, destination: Destination | None = None, *,
              delivery_mode: DeliveryMode | None = None, priority: int | None = None,
              time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
-        """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit)."""
+        """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit).
+        On a topic, one copy goes to every matching subscription."""
         self.session._check_open()
-        msg, name, box = self._prepare(message, destination, delivery_mode, priority, time_to_live,
-                                       delivery_delay)
-        durable = msg.delivery_mode == DeliveryMode.PERSISTENT
-        with self.session._lock:
-            if self.session.transacted:
-                self.session._tx_log().record("send", box, name)
-                box.create(name, msg.body, durable)
-            else:
-                box.create(name, msg.body, durable)
-                try:
-                    box.move(Move.SEND, State.NOT_COMMITTED, name, durable=durable)
-                except BaseException:
-                    box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-                    raise
-        return msg
+        prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        self._write([prepared])
+        return prepared[0]
 
     def send_many(self, messages: list[Message], destination: Destination | None = None, **kw) -> list[Message]:
-        """Bulk send with group commit: fsync each file, rename all, fsync target/ once."""
-        if self.session.transacted:
-            return [self.send(m, destination, **kw) for m in messages]
+        """Bulk send with group commit: fsync each file, rename all, fsync each target/ once."""
         self.session._check_open()
-        prepared = [self._prepare(m, destination, kw.get("delivery_mode"), kw.get("priority"),
-                                  kw.get("time_to_live"), kw.get("delivery_delay")) for m in messages]
-        created: list[tuple[Dropbox, str]] = []
-        try:
-            for msg, name, box in prepared:
-                box.create(name, msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT)
-                created.append((box, name))
-        except BaseException:
-            for box, name in created:
-                box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-            raise
-        for box, name in created:
-            box.move(Move.SEND, State.NOT_COMMITTED, name)
-        durable_boxes = [(b, State.NEW) for (m, _, b) in prepared if m.delivery_mode == DeliveryMode.PERSISTENT]
-        sync_many(durable_boxes)
+        prepared = [self._prepare(m, destination, **kw) for m in messages]
+        self._write(prepared)
         return [m for m, _, _ in prepared]
+
+    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]]) -> None:
+        session = self.session
+        with session._lock:
+            if session.transacted:  # NOT_COMMITTED until commit() SENDs them all
+                for msg, name, boxes in prepared:
+                    for box in boxes:
+                        session._tx_log().record("send", box, name)
+                        _create_copy(box, name, msg, topic_copy=isinstance(msg.destination, Topic))
+                return
+            created: list[tuple[Dropbox, str, bool]] = []
+            try:
+                for msg, name, boxes in prepared:
+                    durable = msg.delivery_mode == DeliveryMode.PERSISTENT
+                    for box in boxes:
+                        if _create_copy(box, name, msg, topic_copy=isinstance(msg.destination, Topic)):
+                            created.append((box, name, durable))
+                for box, name, _ in created:
+                    box.move(Move.SEND, State.NOT_COMMITTED, name)
+            except BaseException:
+                for box, name, _ in created:  # those already SENT are gone from working/: no-op
+                    box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                raise
+            sync_many((box, State.NEW) for box, _, durable in created if durable)
+
+
+def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool) -> bool:
+    """CREATE one copy; a subscription removed while we publish is skipped (False)."""
+    try:
+        box.create(name, msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT)
+    except StoreError as exc:
+        if topic_copy and getattr(exc, "errno", None) == errno.ENOENT:
+            return False
+        raise
+    return True
 
 
 # ---------------------------------------------------------------- consumer side
@@ -559,17 +647,27 @@ class _Scanner:
         return None
 
 
+def _parse_selector(text: str | None):
+    return selector_for(text) if text and text.strip() else None
+
+
+def delete_temporary(root: Path, dest: Destination) -> None:
+    import shutil
+
+    path = Path(root) / dest.name if isinstance(dest, Queue) else layout.topic_dir(root, dest)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 class MessageConsumer:
-    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None):
+    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
+                 selector_obj=None):
         self.session = session
         self.box = box
         self.destination = destination
         self.message_selector = selector or None
-        self._selector = None
-        if selector and selector.strip():
-            from .selector import parse
-
-            self._selector = parse(selector)
+        self._selector = selector_obj  # queues only; topics filter at fan-out
+        self._subscription: topics.Subscription | None = None
+        self._attachment: topics.Attachment | None = None
         self._scanner = _Scanner(box, session.settings)
         self._listener: Callable[[Message], None] | None = None
         self._closed = False
@@ -607,9 +705,16 @@ class MessageConsumer:
             self.session._ensure_dispatcher()
 
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         if self in self.session._consumers:
             self.session._consumers.remove(self)
+        if self._subscription is not None and self._attachment is not None:
+            if self._subscription.info.durable is False:
+                # Unacked messages of a non-durable subscription die with it.
+                self.session._forget(self.box)
+            topics.close_consumer(self._subscription, self._attachment)
 
     def __enter__(self) -> "MessageConsumer":
         return self
@@ -692,6 +797,8 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
         else:
             if client not in verdicts:
                 verdicts[client] = is_dead(root, client, assume_unknown_dead)
+                if verdicts[client]:
+                    recover_owner(root, client)  # its committing/ log ACKs, the rest come back
             dead = verdicts[client]
         if dead:
             try:

@@ -161,13 +161,31 @@ def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
 
 
 def recover_log(root: Path, where: str, path: Path) -> str:
-    """Finish a dead owner's transaction: forward if it reached committing/, else back."""
-    entries = read_log(path)
+    """Finish a dead owner's transaction: forward if it reached committing/, else back.
+    Idempotent, so two recoverers racing on one log do no harm."""
+    try:
+        entries = read_log(path)
+    except FileNotFoundError:
+        return "already recovered"
     if where == COMMITTING:
         roll_forward(root, entries, durable=True)
         outcome = "rolled forward"
     else:
         roll_back(root, entries)
         outcome = "rolled back"
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
     return outcome
+
+
+def recover_owner(root: Path, client_id: str) -> int:
+    """Finish every transaction of one dead client (before its processing/ entries are
+    redelivered: a committing log must ACK them, not see them redelivered)."""
+    n = 0
+    for where, path in list(pending_logs(root)):
+        if log_owner(path.name) == client_id:
+            recover_log(root, where, path)
+            n += 1
+    return n

@@ -1,0 +1,73 @@
+"""The distributor: fans out files that foreign programs drop into a topic's ``.incoming/target/``.
+
+Each file is handled in one transaction of a transacted session: CLAIM it from
+``.incoming/``, CREATE a copy in every matching subscription's working/, then
+commit, which SENDs every copy and ACKs the incoming file together through the
+transaction log.  A distributor killed before its commit record is durable is
+rolled back by recovery (copies discarded, the file back in ``.incoming/target``
+as redelivered); one killed after is rolled forward.  So each file is fanned
+out exactly once, however many distributors run and whichever of them dies.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import layout, topics
+from .message import DeliveryMode, Topic
+from .session import Connection, MessageConsumer, Settings, _create_copy
+
+POLL_SECONDS = 0.2
+
+
+def topics_with_incoming(root: Path) -> Iterator[Topic]:
+    top = Path(root) / layout.TOPIC_ROOT
+    for dirpath, dirnames, _ in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if os.path.isdir(os.path.join(dirpath, ".incoming", "target")):
+            rel = os.path.relpath(dirpath, top)
+            if rel != ".":
+                yield Topic(rel.replace(os.sep, "."))
+
+
+def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None] | None = None) -> int:
+    """Fan out every file now waiting in any topic's ``.incoming/target/``. Returns how many."""
+    session = conn.create_session(transacted=True)
+    done = 0
+    try:
+        for topic in topics_with_incoming(conn.root):
+            box = layout.topic_incoming(conn.root, topic)
+            consumer = MessageConsumer(session, box, topic, None)
+            session._consumers.append(consumer)
+            while (d := consumer._claim_next()) is not None:
+                session._delivered(d)
+                msg = d.message
+                msg.delivery_mode = DeliveryMode.PERSISTENT
+                targets = topics.fan_out_targets(conn.root, topic, msg, None)
+                for target in targets:
+                    session._tx_log().record("send", target, d.original_name)
+                    _create_copy(target, d.original_name, msg, topic_copy=True)
+                session.commit()
+                done += 1
+                if on_file is not None:
+                    on_file(topic, d.original_name, len(targets))
+            consumer.close()
+    finally:
+        session.close()
+    return done
+
+
+def distribute(root: Path, follow: bool = False, client_id: str | None = None,
+               on_file: Callable[[Topic, str, int], None] | None = None,
+               stop: Callable[[], bool] | None = None, settings: Settings | None = None) -> int:
+    """One pass, or (``follow``) keep distributing until ``stop()`` says so."""
+    total = 0
+    with Connection(root, client_id, settings) as conn:
+        while True:
+            total += distribute_once(conn, on_file)
+            if not follow or (stop is not None and stop()):
+                return total
+            time.sleep(POLL_SECONDS)

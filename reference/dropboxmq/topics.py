@@ -1,0 +1,349 @@
+"""Topics and every JMS 2.0 kind of subscription, on 1.2's layout.
+
+    <root>/topic-root/<a>/<b>/...                 topic "a.b" (split on '.', hierarchical)
+        .incoming/{working,target,...}            foreign drops, fanned out by a distributor
+        .subscriptions/<subId>/{working,target,...}
+        .subscriptions/<subId>/.subscription      JSON: kind, name, client id, topic, selector, noLocal
+        .subscriptions/<subId>/.consumers/<n>     one per open consumer, held with flock
+
+Subscription ids ([ours] where 1.2 has no form; ``enc`` escapes '.', so the
+number of dots is unambiguous):
+
+    kind                   subId
+    ---------------------  ------------------------------------------------------
+    durable (unshared)     enc(name).enc(clientId)[.no-local]            (1.2's form)
+    non-durable            enc(<generated>).enc(clientId).nondurable[.no-local]
+    shared durable         enc(name).enc(clientId or '').shared
+    shared non-durable     enc(name).enc(clientId or '').shared-nondurable
+
+A publisher writes one copy of each message into every matching subscription
+of the topic and of every ancestor topic (selector applied at fan-out, so
+unmatched messages never accumulate; noLocal subscriptions skip their own
+connection's messages).  Copies go through working/ -> target/ exactly as a
+queue send, inside the publisher's transaction when it is transacted.
+
+Which consumers are active is decided by ``flock`` on files under
+``.consumers/``, so it is known across processes and a crashed process's
+consumers count as gone: its non-durable subscriptions are reclaimed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from . import codec, layout
+from .errors import IllegalStateError, InvalidDestinationError, JMSException
+from .message import Message, Topic
+from .store import Dropbox
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Connection
+
+DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE = "durable", "nondurable", "shared", "shared-nondurable"
+META = ".subscription"
+CONSUMERS = ".consumers"
+
+
+@dataclass(frozen=True)
+class SubscriptionInfo:
+    kind: str
+    name: str
+    client_id: str | None
+    topic: str
+    selector: str | None
+    no_local: bool
+
+    @property
+    def durable(self) -> bool:
+        return self.kind in (DURABLE, SHARED_DURABLE)
+
+    @property
+    def shared(self) -> bool:
+        return self.kind in (SHARED_DURABLE, SHARED_NON_DURABLE)
+
+    def sub_id(self) -> str:
+        base = f"{codec.encode_field(self.name)}.{codec.encode_field(self.client_id or '')}"
+        if self.kind == DURABLE:
+            return base + (".no-local" if self.no_local else "")
+        if self.kind == NON_DURABLE:
+            return base + ".nondurable" + (".no-local" if self.no_local else "")
+        return f"{base}.{self.kind}"
+
+    def same_details(self, other: "SubscriptionInfo") -> bool:
+        return (self.topic, self.selector or None, self.no_local) == (other.topic, other.selector or None,
+                                                                      other.no_local)
+
+
+class Subscription:
+    """One subscription directory: a dropbox plus metadata and consumer locks."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.box = Dropbox(self.path)
+
+    @property
+    def info(self) -> SubscriptionInfo:
+        with open(self.path / META, encoding="utf-8") as f:
+            return SubscriptionInfo(**json.load(f))
+
+    def exists(self) -> bool:
+        return (self.path / META).exists()
+
+    @classmethod
+    def create(cls, path: Path, info: SubscriptionInfo) -> "Subscription":
+        """Create atomically: build under a dot-name, then rename into place."""
+        path = Path(path)
+        tmp = path.parent / f".new-{uuid.uuid4().hex}"
+        Dropbox(tmp).ensure()
+        os.makedirs(tmp / CONSUMERS)
+        with open(tmp / META, "w", encoding="utf-8") as f:
+            json.dump(asdict(info), f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.rename(tmp, path)  # fails if a concurrent creator won: use theirs
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return cls(path)
+
+    def active_consumers(self) -> int:
+        n = 0
+        try:
+            names = os.listdir(self.path / CONSUMERS)
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            try:
+                fd = os.open(self.path / CONSUMERS / name, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                n += 1
+            finally:
+                os.close(fd)
+        return n
+
+    def attach(self, exclusive: bool) -> "Attachment":
+        """Register an active consumer; ``exclusive``: fail if any other is active."""
+        os.makedirs(self.path / CONSUMERS, exist_ok=True)
+        lock = Attachment(self.path / CONSUMERS / uuid.uuid4().hex)
+        if exclusive and self.active_consumers() > 1:
+            lock.release()
+            raise IllegalStateError(
+                f"subscription {self.info.name!r} already has an active consumer (unshared durable "
+                "subscriptions allow one)")
+        return lock
+
+    def remove(self) -> None:
+        """Delete the subscription and its messages: first make it vanish atomically
+        (publishers that raced us find no directory and skip it), then delete."""
+        trash = self.path.parent / f".deleted-{uuid.uuid4().hex}"
+        try:
+            os.rename(self.path, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+class Attachment:
+    """An active consumer's flock on its file under ``.consumers/``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+# ---------------------------------------------------------------- lookup
+
+
+def subscriptions_of(root: Path, topic: Topic) -> Iterator[Subscription]:
+    d = layout.subscriptions_dir(root, topic)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return
+    for name in names:
+        if not name.startswith("."):
+            yield Subscription(d / name)
+
+
+def ancestors(topic: Topic) -> list[Topic]:
+    """The topic and every ancestor: a.b.c -> [a.b.c, a.b, a]."""
+    levels = topic.levels
+    return [Topic(".".join(levels[:i])) for i in range(len(levels), 0, -1)]
+
+
+def find_by_name(root: Path, name: str, client_id: str | None) -> list[Subscription]:
+    """Every durable or shared subscription called ``name`` for ``client_id``, on any topic."""
+    prefix = f"{codec.encode_field(name)}.{codec.encode_field(client_id or '')}"
+    found = []
+    top = Path(root) / layout.TOPIC_ROOT
+    for dirpath, dirnames, _ in os.walk(top):
+        if os.path.basename(dirpath) == ".subscriptions":
+            for sub in dirnames:
+                if sub == prefix or sub.startswith(prefix + "."):
+                    s = Subscription(Path(dirpath) / sub)
+                    if s.exists() and s.info.kind != NON_DURABLE:
+                        found.append(s)
+            dirnames[:] = []
+        else:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") or d == ".subscriptions"]
+    return found
+
+
+# ---------------------------------------------------------------- subscribing (seed 004)
+
+
+def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | None,
+                      selector: str | None, no_local: bool) -> tuple[Subscription, Attachment]:
+    """Create or re-attach to a subscription following seed 004's pseudocode."""
+    root = conn.root
+    selector = selector if selector and selector.strip() else None
+    if kind == DURABLE and conn.client_id_generated:
+        raise IllegalStateError("an unshared durable subscription needs a client id set on the connection")
+    if kind == NON_DURABLE:
+        name = f"nd-{uuid.uuid4().hex[:12]}"
+    if not name:
+        raise JMSException("a subscription name is required")
+    client = None if kind in (SHARED_DURABLE, SHARED_NON_DURABLE) and conn.client_id_generated else conn.client_id
+    info = SubscriptionInfo(kind, name, client, topic.name, selector, no_local)
+    subs_dir = layout.subscriptions_dir(root, topic)
+    os.makedirs(subs_dir, exist_ok=True)
+    path = subs_dir / info.sub_id()
+
+    if kind in (DURABLE, SHARED_DURABLE):
+        for other in find_by_name(root, name, client):
+            other_info = other.info
+            if other_info.shared != info.shared:
+                raise JMSException(
+                    f"a {'shared' if other_info.shared else 'non-shared'} durable subscription named "
+                    f"{name!r} already exists for this client id")
+            if other.path != path or not other_info.same_details(info):
+                # The same name with another topic, selector or noLocal.
+                if other.active_consumers():
+                    raise JMSException(
+                        f"subscription {name!r} has active consumers with a different topic or selector")
+                other.remove()  # re-creating with other details = unsubscribe + new subscription
+    elif kind == SHARED_NON_DURABLE:
+        existing = Subscription(path)
+        if existing.exists() and not existing.info.same_details(info):
+            raise JMSException(
+                f"shared subscription {name!r} is active with a different topic or selector")
+        for other in find_by_name(root, name, client):
+            if other.path != path and other.info.kind == SHARED_NON_DURABLE and other.active_consumers():
+                raise JMSException(
+                    f"shared subscription {name!r} is active with a different topic or selector")
+
+    sub = Subscription(path)
+    if not sub.exists():
+        sub = Subscription.create(path, info)
+    attachment = sub.attach(exclusive=kind == DURABLE)
+    return sub, attachment
+
+
+def close_consumer(sub: Subscription, attachment: Attachment) -> None:
+    """A consumer closes: non-durable subscriptions end with their last consumer."""
+    attachment.release()
+    try:
+        kind = sub.info.kind
+    except FileNotFoundError:
+        return
+    if kind in (NON_DURABLE, SHARED_NON_DURABLE) and sub.active_consumers() == 0:
+        sub.remove()
+
+
+def unsubscribe(conn: "Connection", name: str) -> None:
+    """Remove a durable (shared or not) subscription and its messages (JMS Session.unsubscribe)."""
+    client = conn.client_id
+    subs = find_by_name(conn.root, name, client)
+    if conn.client_id_generated:
+        subs += find_by_name(conn.root, name, None)
+    subs = [s for s in subs if s.info.durable]
+    if not subs:
+        raise InvalidDestinationError(f"no durable subscription named {name!r} for client id {client!r}")
+    for sub in subs:
+        if sub.active_consumers():
+            raise IllegalStateError(f"subscription {name!r} has an active consumer")
+        if conn._has_pending_work(sub.box):
+            raise IllegalStateError(f"subscription {name!r} has pending transacted work in this connection")
+    for sub in subs:
+        sub.remove()
+
+
+# ---------------------------------------------------------------- publishing
+
+
+def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client: str | None) -> list[Dropbox]:
+    """The subscriptions that get a copy of ``header`` published on ``topic``."""
+    from .session import selector_for
+
+    boxes = []
+    for t in ancestors(topic):
+        for sub in subscriptions_of(root, t):
+            try:
+                info = sub.info
+            except (FileNotFoundError, ValueError):
+                continue  # being created or removed right now
+            if info.no_local and publisher_client is not None and info.client_id == publisher_client:
+                continue
+            if not info.durable and sub.active_consumers() == 0:
+                sub.remove()  # a crashed process's non-durable leftovers
+                continue
+            if info.selector and not selector_for(info.selector).matches(header):
+                continue
+            boxes.append(sub.box)
+    return boxes
+
+
+def reclaim_orphans(root: Path) -> int:
+    """Remove non-durable subscriptions whose consumers are all gone (crashed processes)."""
+    removed = 0
+    top = Path(root) / layout.TOPIC_ROOT
+    for dirpath, dirnames, _ in os.walk(top):
+        if os.path.basename(dirpath) == ".subscriptions":
+            for name in dirnames:
+                sub = Subscription(Path(dirpath) / name)
+                if name.startswith(".") or not sub.exists():
+                    continue
+                if not sub.info.durable and sub.active_consumers() == 0:
+                    sub.remove()
+                    removed += 1
+            dirnames[:] = []
+        else:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") or d == ".subscriptions"]
+    return removed
+
+
+# ---------------------------------------------------------------- temporary destinations
+
+TEMP_PREFIX = "dropboxmq-temp~"
+
+
+def temporary_name(client_id: str) -> str:
+    return f"{TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"
+
+
+def temporary_owner(name: str) -> str | None:
+    if not name.startswith(TEMP_PREFIX):
+        return None
+    return codec.decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])
