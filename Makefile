@@ -5,9 +5,19 @@ PY     := $(VENV)/bin/python
 DMQ    := $(VENV)/bin/dropboxmq
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test spec spec-deep bench clean
+# Debian packages the fault-injection, power-loss and database tests need (CI is root).
+APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql
+
+.PHONY: setup system-deps run test spec spec-deep bench clean
 
 setup: $(STAMP)
+
+system-deps:        ## Debian packages (root); skipped when all are present
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
