@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 from rich.table import Table
 
 from . import __version__
@@ -24,7 +29,11 @@ ACK_MODES = {"auto": 1, "client": 2, "dups-ok": 3, "transacted": 0}
 
 
 class _Group(click.Group):
-    """Turns our own errors (bad names, full disks, ...) into one line and exit 1."""
+    """Every user mistake is ONE line on stderr and a non-zero exit, never a traceback.
+
+    Our own errors (bad names, full disks, bad selectors, ...) exit 1; click's usage
+    errors (bad options) exit 2; ``receive`` on an empty queue exits 3.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
@@ -32,8 +41,42 @@ class _Group(click.Group):
         except (DropboxMQError, ValueError, OSError) as exc:
             if isinstance(exc, click.ClickException):
                 raise
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # a closed pipe (`dropboxmq browse q | head`): quiet, handled in main()
+            _fail(str(exc))
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            hint = ""
+            if isinstance(exc, click.UsageError):
+                path = exc.ctx.command_path if exc.ctx is not None else (prog_name or "dropboxmq")
+                hint = f" (see '{path} --help')"
+            _fail(exc.format_message().rstrip(".") + hint, exc.exit_code)
+        except click.Abort:
+            _fail("aborted")
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            sys.stdout = _Discard()  # the reader went away: exit quietly, like `cat | head`
             sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Discard:
+    def write(self, *_):
+        pass
+
+    def flush(self):
+        pass
+
+
+def _fail(message: str, code: int = 1) -> "NoReturn":
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -64,7 +107,22 @@ def _connect(ctx: click.Context, client_id: str | None = None):
     return Connection(ctx.obj["root"], client_id, allow_network_fs=ctx.obj["allow_network_fs"])
 
 
-_PROPERTY_TYPES = {"boolean": lambda v: v.lower() == "true", "byte": int, "short": int, "int": int,
+def _require_root(ctx: click.Context) -> Path:
+    """The root for verbs that only look (or clean up): it must already exist."""
+    root = ctx.obj["root"]
+    if not os.path.isdir(root):
+        raise click.ClickException(f"no dropbox root at {root} (create one with 'dropboxmq --root {root} init "
+                                   "QUEUE', or pick another with --root or $DROPBOXMQ_ROOT)")
+    return root
+
+
+def _parse_boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"a boolean is true or false, not {text!r}")
+    return text.lower() == "true"
+
+
+_PROPERTY_TYPES = {"boolean": _parse_boolean, "byte": int, "short": int, "int": int,
                    "long": int, "float": float, "double": float, "string": str}
 
 
@@ -77,7 +135,7 @@ def _parse_property(text: str):
         raise click.BadParameter(f"{text!r}: expected NAME=VALUE[:TYPE]", param_hint="--property")
     value, colon, type_ = rest.rpartition(":")
     if not colon or type_ not in _PROPERTY_TYPES:
-        value, type_ = rest, "string"
+        value, type_ = rest, "string"  # 'url=http://x' stays one string
     try:
         return name, Property.of(_PROPERTY_TYPES[type_](value), type_)
     except (ValueError, DropboxMQError) as exc:
@@ -85,51 +143,84 @@ def _parse_property(text: str):
 
 
 @main.command()
-@click.argument("queues", nargs=-1, required=True)
+@click.argument("queues", nargs=-1)
 @click.pass_context
 def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
-    """Create the root layout and the named QUEUES (each with its six state directories)."""
+    """Create the root layout and the named QUEUES, each with its six state directories
+    (working/ target/ processing/ processed/ expired/ error/).  Safe to repeat.
+
+    \b
+    Example:  dropboxmq --root /srv/mq init orders invoices
+    """
     from . import layout
     from .transaction import ensure_layout
 
     root = ctx.obj["root"]
+    boxes = [layout.queue_box(root, Queue(q)) for q in queues]  # validate every name first
     os.makedirs(root, exist_ok=True)
     ensure_layout(root)
-    for q in queues:
-        box = layout.queue_box(root, Queue(q)).ensure()
-        console.print(f"created {box.path}", highlight=False)
+    for box in boxes:
+        box.ensure()
+        console.print(Text(f"created {box.path}"), soft_wrap=True)
+    if not boxes:
+        console.print(Text(f"initialised {root}"), soft_wrap=True)
 
 
 @main.command()
 @click.argument("queue")
 @click.argument("body", required=False)
 @click.option("-f", "--file", "body_file", type=click.File("rb"), help="Read the body from a file ('-' = stdin).")
-@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1), help="Send the body this many times.")
-@click.option("--bytes", "as_bytes", is_flag=True, help="Send a BytesMessage (default: TextMessage).")
-@click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9))
+@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1),
+              help="Send the body this many times (ids are printed below 1000, a summary above).")
+@click.option("--bytes", "as_bytes", is_flag=True, help="Send a BytesMessage (default: a TextMessage, UTF-8 body).")
+@click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
+              help="JMSPriority, 0 (lowest) to 9; higher priorities are delivered first.")
 @click.option("--ttl", type=click.FloatRange(0), default=0, help="Time to live in seconds (0 = never expires).")
 @click.option("--delay", type=click.FloatRange(0), default=0, help="Delivery delay in seconds.")
-@click.option("--non-persistent", is_flag=True, help="Skip the fsyncs (faster; may be lost in a crash).")
-@click.option("--correlation-id")
+@click.option("--non-persistent", is_flag=True, help="NON_PERSISTENT: skip the fsyncs (faster; lost in a power cut).")
+@click.option("--correlation-id", help="JMSCorrelationID header.")
 @click.option("--type", "jms_type", help="JMSType header.")
-@click.option("--reply-to", help="Queue name for JMSReplyTo.")
+@click.option("--reply-to", metavar="QUEUE", help="Queue name for JMSReplyTo.")
 @click.option("--property", "properties", multiple=True, metavar="NAME=VALUE[:TYPE]",
-              help="A message property; TYPE: boolean byte short int long float double string (default).")
+              help="A message property (repeatable); TYPE: boolean byte short int long float double "
+                   "string (default).")
 @click.option("--transacted", is_flag=True, help="Send all COUNT messages in one transaction (all or nothing).")
 @click.option("--client-id", help="Client id to register (default: generated).")
 @click.pass_context
 def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non_persistent, correlation_id,
          jms_type, reply_to, properties, transacted, client_id) -> None:
-    """Send a message (BODY, --file, or stdin when neither is given) to QUEUE; prints message ids."""
+    """Send a message to QUEUE; prints each message id.  The body is BODY, or the
+    contents of --file, or standard input when neither is given.
+
+    \b
+    Examples:
+      dropboxmq send orders 'hello' --priority 7 --property region=eu --property n=3:int
+      dropboxmq send images --bytes --file cat.png --ttl 3600
+      seq 10 | dropboxmq send numbers
+    """
     from rich.progress import track
 
     from .message import BytesMessage, TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")
-    data = body.encode("utf-8") if body is not None else (body_file or click.get_binary_stream("stdin")).read()
-    props = [_parse_property(p) for p in properties]
     dest = Queue(queue)
+    reply = Queue(reply_to) if reply_to else None
+    props = [_parse_property(p) for p in properties]
+    if body is not None:
+        data = body.encode("utf-8", "surrogateescape")
+    else:
+        stream = body_file or sys.stdin.buffer
+        if body_file is None and sys.stdin is not None and sys.stdin.isatty():
+            err_console.print("reading the body from standard input (end with Ctrl-D)", highlight=False)
+        data = stream.read()
+    if not as_bytes:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise click.UsageError(f"the body is not UTF-8 text (byte {exc.start}): send it with --bytes") from None
+    mode = DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT
+    ids: list[str] = []
     with _connect(ctx, client_id) as conn:
         session = conn.create_session(transacted=transacted)
         producer = session.create_producer(dest)
@@ -137,26 +228,28 @@ def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non
         if count >= 1000:
             items = track(items, description=f"sending to {queue}", console=err_console)
         for _ in items:
-            if as_bytes:
-                msg = BytesMessage(body=data)
-            else:
-                try:
-                    data.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise click.UsageError("body is not UTF-8 text: use --bytes") from None
-                msg = TextMessage(body=data)
-            msg.correlation_id, msg.jms_type = correlation_id, jms_type
-            msg.reply_to = Queue(reply_to) if reply_to else None
+            msg = BytesMessage(body=data) if as_bytes else TextMessage(body=data)
+            msg.correlation_id, msg.jms_type, msg.reply_to = correlation_id, jms_type, reply
             for name, prop in props:
                 msg.properties[name] = prop
-            producer.send(msg, delivery_mode=DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT,
-                          priority=priority, time_to_live=ttl, delivery_delay=delay)
+            producer.send(msg, delivery_mode=mode, priority=priority, time_to_live=ttl, delivery_delay=delay)
             if count < 1000:
-                console.print(msg.message_id, highlight=False)
+                if transacted:
+                    ids.append(msg.message_id)  # printed once the commit made them real
+                else:
+                    click.echo(msg.message_id)
         if transacted:
             session.commit()
+            for mid in ids:
+                click.echo(mid)
         if count >= 1000:
-            console.print(f"sent {count} messages to {queue}", highlight=False)
+            click.echo(f"sent {count} messages to {queue}")
+
+
+def _json_value(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return v
 
 
 def _message_json(msg) -> dict:
@@ -168,8 +261,7 @@ def _message_json(msg) -> dict:
         "reply_to": str(msg.reply_to) if msg.reply_to else None, "type": msg.jms_type,
         "redelivered": msg.redelivered, "delivery_count": msg.delivery_count,
         "delivery_mode": DeliveryMode(msg.delivery_mode).name,
-        "properties": {k: p.value if not isinstance(p.value, float) or p.value == p.value else "NaN"
-                       for k, p in msg.properties.items()},
+        "properties": {k: _json_value(p.value) for k, p in msg.properties.items()},
     }
     if isinstance(msg, TextMessage):
         try:
@@ -188,41 +280,63 @@ def _print_message(msg, as_json: bool) -> None:
         d = _message_json(msg)
         body = d.get("text", d.get("body_hex"))
         flag = " (redelivered)" if msg.redelivered else ""
-        console.print(f"[bold]{msg.message_id}[/bold] p{msg.priority}{flag}: {body}", highlight=False)
+        line = Text.assemble((msg.message_id, "bold"), f" p{msg.priority}{flag}: ", body)  # never markup
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def _check_selector(selector: str | None) -> None:
+    """Parse the selector before touching the root, so a typo costs nothing."""
+    if selector and selector.strip():
+        from .selector import parse
+
+        parse(selector)  # InvalidSelectorError: one line, exit 1
 
 
 @main.command()
 @click.argument("queue")
 @click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(0),
-              help="Messages to receive (0 = until the queue stays empty for --timeout).")
+              help="Messages to receive (0 = every message until the queue stays empty for --timeout).")
 @click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Seconds to wait for each message.")
+              help="Seconds to wait for each message (0 = do not wait).")
 @click.option("--selector", help="JMS message selector, e.g. \"JMSPriority > 4 AND region = 'eu'\".")
 @click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default="auto", show_default=True,
-              help="client/transacted: acknowledge/commit once after the last message.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+              help="auto: each message is acknowledged as it is received; dups-ok: lazily, in batches; "
+                   "client / transacted: acknowledge / commit once after the last message.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (headers, "
+              "properties, and 'text' or 'body_hex').")
 @click.option("--client-id", help="Client id to register (default: generated).")
 @click.pass_context
 def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) -> None:
-    """Receive (consume) messages from QUEUE.  Exit status 3 when none arrived."""
+    """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
+    and print them.  Exit status 3 when no message arrived.
+
+    \b
+    Examples:
+      dropboxmq receive orders --json
+      dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
+      dropboxmq receive orders --timeout 30      # wait up to 30 s
+    """
     mode = ACK_MODES[ack_mode]
+    dest = Queue(queue)
+    _check_selector(selector)
     got = 0
     with _connect(ctx, client_id) as conn:
         session = conn.create_session(transacted=mode == 0, ack_mode=mode or 1)
-        consumer = session.create_consumer(Queue(queue), selector)
+        consumer = session.create_consumer(dest, selector)
         while count == 0 or got < count:
             msg = consumer.receive(timeout)
             if msg is None:
                 break
             _print_message(msg, as_json)
             got += 1
+        sys.stdout.flush()  # a closed pipe fails here, before commit/acknowledge: nothing is lost
         if mode == 0:
             session.commit()
         elif mode == 2:
             session.acknowledge()
     if got == 0:
         if not as_json:
-            err_console.print(f"no message in {queue}", highlight=False)
+            err_console.print(Text(f"no message in {queue}"), soft_wrap=True)
         sys.exit(3)
 
 
@@ -230,12 +344,16 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) 
 @click.argument("queue")
 @click.option("--selector", help="Only messages matching this JMS selector.")
 @click.option("-n", "--limit", type=click.IntRange(0), default=0, help="Show at most this many (0 = all).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message.")
 @click.pass_context
 def browse(ctx, queue, selector, limit, as_json) -> None:
-    """Show QUEUE's waiting messages in delivery order, moving nothing."""
+    """Show QUEUE's waiting messages in delivery order (priority, then send order),
+    moving nothing.  Expired and delayed messages are not shown."""
+    dest = Queue(queue)
+    _check_selector(selector)
+    _require_root(ctx)
     with _connect(ctx) as conn:
-        browser = conn.create_session().create_browser(Queue(queue), selector)
+        browser = conn.create_session().create_browser(dest, selector)
         for i, msg in enumerate(browser):
             if limit and i >= limit:
                 break
@@ -243,22 +361,26 @@ def browse(ctx, queue, selector, limit, as_json) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Counts as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Counts as one JSON object: destination -> directory -> count.")
 @click.pass_context
 def stat(ctx, as_json) -> None:
-    """Count messages per state for every destination under the root."""
+    """Count the messages in each state of every destination under the root (a table)."""
     from . import layout
 
-    rows = [(name, {d: box.count(State(d)) for d in STATE_DIRS}) for name, box in layout.all_dropboxes(ctx.obj["root"])]
+    root = _require_root(ctx)
+    rows = [(name, {d: box.count(State(d)) for d in STATE_DIRS}) for name, box in layout.all_dropboxes(root)]
     if as_json:
         click.echo(json.dumps({name: counts for name, counts in rows}))
         return
-    table = Table(title=f"dropboxes under {ctx.obj['root']}")
-    table.add_column("destination")
+    table = Table(title=Text(f"dropboxes under {root}"),
+                  caption="states: " + ", ".join(f"{d}={State(d).name}" for d in STATE_DIRS))
+    table.add_column("destination", no_wrap=True)
     for d in STATE_DIRS:
-        table.add_column(f"{State(d).name}\n{d}/", justify="right")
+        table.add_column(d, justify="right", no_wrap=True)
     for name, counts in rows:
-        table.add_row(name, *(str(counts[d]) for d in STATE_DIRS))
+        table.add_row(Text(name), *(str(counts[d]) for d in STATE_DIRS))
+    if not rows:
+        table.add_row(Text("(none: dropboxmq init QUEUE)", style="dim"), *("" for _ in STATE_DIRS))
     console.print(table)
 
 
@@ -270,11 +392,14 @@ def stat(ctx, as_json) -> None:
               help="Also reclaim processing/ entries of clients never registered here (1.2, scripts).")
 @click.pass_context
 def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead) -> None:
-    """Recover after crashes: finish dead owners' transactions, redeliver their in-flight
-    messages, quarantine orphaned working/ files and expire overdue messages."""
+    """Recover after crashes: finish dead owners' transactions (roll forward or back),
+    redeliver their in-flight messages, quarantine orphaned working/ files and expire
+    overdue messages.  Prints a JSON report; exit status 1 if anything could not be fixed.
+    Safe to run at any time: live clients are never touched."""
     from .recovery import recover as run_recovery
 
-    report = run_recovery(ctx.obj["root"], orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
+    root = _require_root(ctx)
+    report = run_recovery(root, orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
                           assume_unknown_dead=assume_unknown_dead)
     click.echo(json.dumps(report.as_dict()))
     if report.errors:
@@ -289,11 +414,12 @@ def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def purge(ctx, queue, states, yes) -> None:
-    """Delete QUEUE's messages in the given states (default: the waiting ones)."""
+    """Delete QUEUE's messages in the given states (default: the waiting ones in target/).
+    Asks first unless --yes.  Messages being processed (processing/) are never purged."""
     from . import layout
     from .lifecycle import Move
 
-    box = layout.queue_box(ctx.obj["root"], Queue(queue))
+    box = layout.queue_box(_require_root(ctx), Queue(queue))
     if not box.exists():
         raise click.UsageError(f"no queue {queue!r} under {ctx.obj['root']}")
     if not yes:
@@ -303,25 +429,32 @@ def purge(ctx, queue, states, yes) -> None:
         st = State(d)
         for name in box.list(st):
             removed += box.move(Move.PURGE, st, name)
-    console.print(f"purged {removed} messages", highlight=False)
+    click.echo(f"purged {removed} messages from {queue}")
 
 
 @main.command()
-@click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 64))
-@click.option("--consumers", default=3, show_default=True, type=click.IntRange(1, 64))
-@click.option("--messages", default=2000, show_default=True, type=click.IntRange(1))
-@click.option("--queue", default="demo", show_default=True)
+@click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 64), help="Producer processes.")
+@click.option("--consumers", default=3, show_default=True, type=click.IntRange(1, 64), help="Consumer processes.")
+@click.option("--messages", default=2000, show_default=True, type=click.IntRange(1),
+              help="Persistent messages to send, shared among the producers.")
+@click.option("--queue", default="demo", show_default=True, help="The queue to use (created if needed).")
 @click.pass_context
 def demo(ctx, producers, consumers, messages, queue) -> None:
     """Send and consume with several processes on one queue and check every message
-    was processed exactly once (the README's `make run`)."""
+    was processed exactly once (the README's `make run`).  Exit status 1 if not."""
     from .demo import run_demo
 
+    Queue(queue)
     ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console)
     sys.exit(0 if ok else 1)
 
 
 def _register_optional_groups() -> None:
+    try:
+        from .xa_cli import xa
+        main.add_command(xa)
+    except ImportError:  # two-phase-commit support not present
+        pass
     try:
         from .spec_check import spec
     except ImportError:  # spec tooling not installed
