@@ -49,7 +49,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                 targets = topics.fan_out_targets(conn.root, topic, msg, None)
                 for target in targets:
                     session._tx_log().record("send", target, d.original_name)
-                    _create_copy(target, d.original_name, msg, topic_copy=True)
+                    _create_copy(target, d.original_name, msg, topic_copy=True, durable=False)
                 session.commit()
                 done += 1
                 if on_file is not None:

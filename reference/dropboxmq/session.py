@@ -46,7 +46,7 @@ from .message import (
     TextMessage,
     Topic,
 )
-from .store import Dropbox, NotARegularFile, check_file_system, sync_many
+from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
 from .transaction import TransactionLog, ensure_layout, recover_owner
 
 log = logging.getLogger("dropboxmq")
@@ -150,6 +150,7 @@ class Connection:
         self._started = threading.Event()
         self._started.set()
         self._temporary: list[Destination] = []
+        self._queue_boxes: dict[str, Dropbox] = {}
 
     def __enter__(self) -> "Connection":
         return self
@@ -194,7 +195,10 @@ class Connection:
     def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
         if isinstance(dest, Queue):
-            return [layout.queue_box(self.root, dest).ensure()]
+            box = self._queue_boxes.get(dest.name)
+            if box is None:  # make the directories once per connection, not once per send
+                box = self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
+            return [box]
         return topics.fan_out_targets(self.root, dest, header, self.client_id)
 
 
@@ -436,7 +440,7 @@ class Session:
             self._unacked.append(d)
         elif mode is AckMode.AUTO_ACKNOWLEDGE:
             if not by_listener:
-                self._ack([d])  # receive(): acked as it returns
+                self._ack_or_return(d)  # receive(): acked as it returns
         elif mode is AckMode.DUPS_OK_ACKNOWLEDGE:
             if not by_listener:
                 self._unacked.append(d)
@@ -445,6 +449,18 @@ class Session:
                     self._unacked = []
         else:
             self._unacked.append(d)
+
+    def _ack_or_return(self, d: Delivery) -> None:
+        """AUTO ack of one delivery.  If the ack fails (ENOSPC...), the message goes back
+        to target/ (or, if that fails too, close() redelivers it) and the error surfaces."""
+        try:
+            self._ack([d])
+        except StoreError:
+            try:
+                self._redeliver([d])
+            except StoreError:
+                self._unacked.append(d)
+            raise
 
     def _flush_lazy_acks(self) -> None:
         if self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and self._unacked:
@@ -472,11 +488,15 @@ class Session:
                 with self._lock:
                     if self._closed:
                         return
-                    d = consumer._claim_next()
-                    if d is None:
-                        continue
-                    delivered = True
-                    self._run_listener(consumer, d)
+                    try:
+                        d = consumer._claim_next()
+                        if d is None:
+                            continue
+                        delivered = True
+                        self._run_listener(consumer, d)
+                    except StoreError as exc:  # e.g. disk full: keep the dispatcher alive
+                        log.warning("listener delivery failed: %s", exc)
+                        delivered = False
             if delivered:
                 wait = 0.001
             else:
@@ -496,7 +516,7 @@ class Session:
                 self._redeliver([d])
             return
         if self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
-            self._ack([d])
+            self._ack_or_return(d)
         elif self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE:
             self._unacked.append(d)
             if len(self._unacked) >= self.settings.dups_ok_batch:
@@ -556,34 +576,45 @@ class MessageProducer:
         return [m for m, _, _ in prepared]
 
     def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]]) -> None:
-        session = self.session
+        """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
+        Several (bulk send, topic fan-out): group commit — write them all, one syncfs,
+        rename them all, then one more sync for the directories."""
+        session, root = self.session, self.session.connection.root
+        group = sum(len(boxes) for _, _, boxes in prepared) > 1
         with session._lock:
-            if session.transacted:  # NOT_COMMITTED until commit() SENDs them all
+            if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:
                     for box in boxes:
                         session._tx_log().record("send", box, name)
-                        _create_copy(box, name, msg, topic_copy=isinstance(msg.destination, Topic))
+                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False)
                 return
             created: list[tuple[Dropbox, str, bool]] = []
             try:
                 for msg, name, boxes in prepared:
                     durable = msg.delivery_mode == DeliveryMode.PERSISTENT
                     for box in boxes:
-                        if _create_copy(box, name, msg, topic_copy=isinstance(msg.destination, Topic)):
+                        if _create_copy(box, name, msg, isinstance(msg.destination, Topic),
+                                        durable=durable and not group):
                             created.append((box, name, durable))
+                if group and any(durable for *_, durable in created):
+                    sync_file_system(root)  # every file durable before any rename is
                 for box, name, _ in created:
                     box.move(Move.SEND, State.NOT_COMMITTED, name)
             except BaseException:
                 for box, name, _ in created:  # those already SENT are gone from working/: no-op
                     box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                 raise
-            sync_many((box, State.NEW) for box, _, durable in created if durable)
+            renamed = [(box, State.NEW) for box, _, durable in created if durable]
+            if len({box.path for box, _ in renamed}) > 2:
+                sync_file_system(root)
+            else:
+                sync_many(renamed)
 
 
-def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool) -> bool:
+def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool) -> bool:
     """CREATE one copy; a subscription removed while we publish is skipped (False)."""
     try:
-        box.create(name, msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT)
+        box.create(name, msg.body, durable)
     except StoreError as exc:
         if topic_copy and getattr(exc, "errno", None) == errno.ENOENT:
             return False
@@ -741,6 +772,14 @@ class MessageConsumer:
             self._last_recovery = now_mono
             reclaim_dead_owners(self.session.connection.root, self.box)
         scanner = self._scanner
+        if self._deferred:  # delayed messages whose delivery time has come are eligible again
+            now = now_ms()
+            due = [n for n, t in self._deferred.items() if t <= now]
+            for n in due:
+                del self._deferred[n]
+                scanner.skip.discard(n)
+            if due:
+                scanner.invalidate()
         while (name := scanner.next()) is not None:
             d = self._try_claim(name)
             if d is not None:
@@ -755,7 +794,11 @@ class MessageConsumer:
             scanner.skip.add(name)  # a name never changes: it will never match
             return None
         if header.delivery_time > now:
-            return None  # delivery delay not yet over: try again after the next listing
+            # Delivery delay not yet over: skip it until then (retrying it at once would
+            # relist and spin on it forever when it is the only name left).
+            self._deferred[name] = header.delivery_time
+            scanner.skip.add(name)
+            return None
         if header.is_expired(now):
             box.move(Move.EXPIRE, State.NEW, name)
             return None
@@ -765,6 +808,8 @@ class MessageConsumer:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
                 return None  # lost the race: normal, silent
         except StoreError as exc:
+            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise  # the whole store is affected (nothing moved): tell the caller
             log.warning("cannot claim %s, skipping it: %s", name, exc)
             scanner.skip.add(name)
             return None

@@ -26,7 +26,7 @@ from typing import Iterator
 
 from . import codec
 from .lifecycle import Move, State
-from .store import Dropbox, _fsync_dir, sync_many
+from .store import Dropbox, _fsync_dir, sync_file_system, sync_many
 
 ASSOCIATED, COMMITTING, ROLLING_BACK = "associated", "committing", "rolling-back"
 LOG_DIRS = (ASSOCIATED, COMMITTING, ROLLING_BACK, "committed", "rolled-back")
@@ -93,7 +93,9 @@ class TransactionLog:
         if not self.entries:
             self._close(False)
             return
-        self._close(durable)
+        self._close(False)
+        if durable:  # group commit: the log and every working/ file it names, in one syncfs
+            sync_file_system(self.root)
         os.rename(self._path(ASSOCIATED), self._path(COMMITTING))
         if durable:
             _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
@@ -122,7 +124,10 @@ def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
             box.move(Move.ACK, State.DELIVERED, e.name)
             touched.append((box, State.ACKNOWLEDGED))
     if durable:
-        sync_many(touched)
+        if len({box.path for box, _ in touched}) > 2:
+            sync_file_system(root)
+        else:
+            sync_many(touched)
 
 
 def roll_back(root: Path, entries: list[LogEntry]) -> None:
