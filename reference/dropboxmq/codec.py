@@ -1,0 +1,974 @@
+"""The codec: DropboxMQ 1.2's default filename transcoder, and body encodings.
+
+Pure functions, no file-system access.  The store and session code call
+:func:`new_message_id`, :func:`encode_name`, :func:`decode_name`,
+:func:`with_delivery_count`, :func:`processing_name`,
+:func:`split_processing_name` and :func:`sort_key`.
+
+File name = metadata
+====================
+
+A message's headers and properties live in its file name; the file holds only
+the body.  The name has up to eight ``.``-separated fields::
+
+    priority.messageId.class[.expiration[.correlationId[.replyTo[.JMSType[.properties]]]]]
+
+Trailing empty fields are omitted, inner empty fields stay (``..``).  Every
+field is escaped with :func:`encode_field`: Java's
+``URLEncoder.encode(s, "UTF-8")`` (``A-Z a-z 0-9 . - * _`` kept, space -> ``+``,
+every other character -> ``%XX`` per UTF-8 byte, upper-case hex; unlike
+Python's ``quote_plus``, ``~`` becomes ``%7E``), then ``.`` -> ``%2E``.  So an
+encoded field never contains ``.``, ``~``, ``&`` or ``=``, and an encoded
+name is pure ASCII.
+
+==============  ==============================================================
+field           content
+==============  ==============================================================
+priority        decimal Java int (JMS uses 0-9; 4 is the default)
+messageId       the JMS id without its ``ID:`` prefix.  Ours and 1.2's are
+                ``<epochMillis><3-digit per-ms counter>-<10 random digits>``;
+                JMSTimestamp = numeric prefix // 1000 (it is not stored apart)
+class           ``M`` Message, ``B`` Bytes, ``S`` Stream, ``P`` Map,
+                ``O`` Object, ``T`` Text
+expiration      ms since the epoch; empty = 0 = never
+correlationId   empty = none (so ``""`` and ``None`` both read back as ``None``)
+replyTo         ``Q<queue name>`` or ``T<topic name>``
+JMSType         empty = none (``""`` reads back as ``None``)
+properties      ``enc(name) + letter + "=" + enc(value)`` joined by ``&``;
+                letters ``B`` boolean, ``Y`` byte, ``H`` short, ``I`` int,
+                ``L`` long, ``F`` float, ``D`` double, ``S`` String
+==============  ==============================================================
+
+The two examples of the DropboxMQ documentation (seed 000)::
+
+    4.1140429201295000-9262574723.T.1140429211295.corr1283.TestQueue1.XYZType.prop1S=hello
+
+is a TextMessage, priority 4, JMSMessageID ``ID:1140429201295000-9262574723``,
+JMSTimestamp 1140429201295, expiring at 1140429211295, correlation id
+``corr1283``, reply-to ``TestQueue1`` (read as the *topic* ``estQueue1``, see
+below), JMSType ``XYZType`` and one String property ``prop1 = "hello"``;
+``4.1140429201295000-9262574723.T`` is the same message with only the three
+required fields.
+
+Values are written as 1.2 writes them: booleans ``true``/``false``, integers
+in decimal, doubles as Java's ``Double.toString`` and floats as
+``Float.toString`` (``NaN``, ``Infinity``, ``-Infinity``, ``0.5``, ``1.0E10``,
+``1.0E-5``) with the shortest digits that read back to the same value (the
+JDK 19+ algorithm; for ``F`` the shortest that round-trips through float32),
+so 1.2's ``Float.parseFloat``/``Double.parseDouble`` read back the exact
+value.  Reading accepts Java's whole syntax (``+1``, ``1e3``, ``1.5f``,
+``0x1p3``).  An unknown type letter reads as a String; a typed value that does
+not parse (``xI=abc``) reads as the String ``"abc"``.
+
+Decisions marked [ours]
+-----------------------
+
+* **Missing or unknown class letter -> BytesMessage** (:data:`DEFAULT_CLASS_LETTER`),
+  as 1.2's documentation says (its code reads Text).  Bytes is the only class
+  that can carry any foreign file's content unchanged (a TextMessage needs
+  UTF-8).  Readers wanting 1.2's code behaviour pass ``default_class="T"`` to
+  :func:`decode_name`.
+* **Reply-to: the first character is the kind, always.**  ``Q`` -> Queue,
+  ``T`` -> Topic, the rest is the name, exactly as 1.2's code reads it, so one
+  file means the same reply destination to both implementations.  The seed's
+  ``TestQueue1`` predates the prefix and therefore reads as the topic
+  ``estQueue1``.  A reply-to starting with any other character is a Queue of
+  the whole text; one that is not a valid destination name is dropped (None).
+* **Unparseable names** (fewer than 3 or more than 8 fields, a priority that is
+  not a Java int, an empty message id): JMSMessageID = ``"ID:" + whole name``,
+  timestamp = now, priority 4, default class, no other headers.  Such files are
+  consumable; :func:`decode_name` never raises for a ``str``.  Other fields are
+  read tolerantly (a bad expiration reads as 0, a bad reply-to as none,
+  malformed property pairs are skipped).
+* **Names over 255 bytes are an error to the sender** (:class:`NameTooLongError`).
+* Float formatting: see above (shortest round-trip digits in Java's layout).
+
+Delivery count (1.2)
+--------------------
+
+1.2 keeps the delivery count in the name as the property
+``JMSXDeliveryCountI=<n>``; the claim (target -> processing rename) writes the
+*current* delivery count into the name (:func:`with_delivery_count`), so the
+name always counts the deliveries that have been *attempted*.  Reading a name
+from ``target/`` (the default), ``n`` present means the message is being
+redelivered: ``redelivered = True`` and ``delivery_count = n + 1``; absent
+means first delivery (``False``, 1).  Reading a name that a claim produced
+(``processing/`` or ``processed/``) pass ``claimed=True``: ``delivery_count =
+n`` and ``redelivered = n > 1`` -- which is what 1.2's consumer reported for
+the fixtures.  Either way the decoded message carries
+``properties["JMSXDeliveryCount"] = Property("I", delivery_count)`` (in the
+position the name had it, else last), and :func:`encode_name` writes
+``JMSXDeliveryCountI=<delivery_count - 1>`` when ``delivery_count > 1``
+(ignoring the property's value), so ``encode_name(decode_name(n)) == n`` for
+names written by 1.2 or by us.
+
+Processing names
+----------------
+
+A consumer's claim renames ``target/<name>`` to
+``processing/<enc(clientId)>~<name>`` (``<name>`` alone when that exceeds 255
+bytes, as 1.2 does).  ``~`` never occurs in an encoded field.
+
+Ordering
+--------
+
+:func:`sort_key` orders names by priority descending, then the id's numeric
+prefix ``millis * 1000 + counter`` ascending (send order, including sends in
+one millisecond), then the name.  Within a priority, names with a foreign
+(non-1.2) message id come after the 1.2 ids and unparseable names after those.
+
+Body encodings (Map and Stream messages) [ours]
+-----------------------------------------------
+
+1.2 used Java serialization; we use UTF-8 JSON of typed values, readable from
+any language and never executed.  A value is ``null`` or a two-element array
+``[letter, value]``:
+
+======  ===============  ====================================================
+letter  JMS type         JSON value
+======  ===============  ====================================================
+``B``   boolean          ``true`` / ``false``
+``Y``   byte             integer, -128..127
+``H``   short            integer, -32768..32767
+``I``   int              integer, 32-bit
+``L``   long             decimal *string* (exact beyond 2**53), e.g. ``"10000000000"``;
+                         readers also accept an integer
+``F``   float            number (the float32 value) or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+``D``   double           number or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+``S``   String           string
+``C``   char             string of one UTF-16 code unit (U+0000..U+FFFF, no surrogate)
+``X``   byte[]           standard base64 string
+======  ===============  ====================================================
+
+A MapMessage body is a JSON object ``{"name": [letter, value], ...}``
+(``{"a": ["I", 1], "b": ["X", "AAE="]}``); a StreamMessage body is a JSON array
+``[[letter, value], ...]`` (``[["S", "x"], null, ["D", "NaN"]]``).  Python values
+map bool -> B, int -> I (or L outside 32 bits), float -> D, str -> S,
+bytes -> X, None -> null; pass :class:`~dropboxmq.message.Property` (e.g.
+``Property("F", 0.5)``, ``Property("C", "x")``) for the other letters.
+Decoding returns plain Python values, or with ``typed=True`` every non-null
+value as a ``Property`` (so the type survives a round trip).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import random
+import re
+import struct
+import threading
+import time
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
+from typing import Any
+from urllib.parse import quote_plus
+
+from .errors import MessageFormatError, NameTooLongError
+from .message import (
+    CLASS_LETTERS,
+    DEFAULT_PRIORITY,
+    MESSAGE_CLASSES,
+    Message,
+    Property,
+    Queue,
+    Topic,
+    coerce,
+)
+
+__all__ = [
+    "DEFAULT_CLASS_LETTER",
+    "DELIVERY_COUNT",
+    "MAX_NAME_BYTES",
+    "new_message_id",
+    "encode_field",
+    "decode_field",
+    "encode_properties",
+    "decode_properties",
+    "encode_name",
+    "decode_name",
+    "with_delivery_count",
+    "processing_name",
+    "split_processing_name",
+    "sort_key",
+    "java_double_str",
+    "java_float_str",
+    "encode_map",
+    "decode_map",
+    "encode_stream",
+    "decode_stream",
+]
+
+#: [ours] class of a message whose name has no (or an unknown) class letter.
+DEFAULT_CLASS_LETTER = "B"
+#: The JMS-defined delivery count property, stored by 1.2 as ``JMSXDeliveryCountI=<n>``.
+DELIVERY_COUNT = "JMSXDeliveryCount"
+#: The longest file name (bytes of UTF-8) on the file systems we support.
+MAX_NAME_BYTES = 255
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_INT_BITS = {"Y": 8, "H": 16, "I": 32, "L": 64}
+
+
+# ---------------------------------------------------------------- message ids
+
+_id_lock = threading.Lock()
+_id_pid: int | None = None
+_id_ms = 0
+_id_seq = 0
+_id_rng = random.Random()
+
+
+def _reseed() -> None:
+    global _id_pid
+    _id_pid = os.getpid()
+    _id_rng.seed(os.urandom(16) + _id_pid.to_bytes(8, "little"))
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by another thread at fork time would never be released in the child.
+    global _id_lock
+    _id_lock = threading.Lock()
+    _reseed()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def new_message_id() -> str:
+    """A fresh JMSMessageID: ``ID:<epochMillis><3-digit counter>-<10 random digits>``.
+
+    Within a process the numeric prefix strictly increases (more than 1000 ids
+    in one millisecond borrow the next millisecond; a clock that steps back is
+    ignored until it catches up), so equal-priority messages keep send order.
+    Thread-safe; the random part is reseeded whenever the pid changes (fork).
+    """
+    global _id_ms, _id_seq
+    with _id_lock:
+        if os.getpid() != _id_pid:
+            _reseed()
+        now = time.time_ns() // 1_000_000
+        if now > _id_ms:
+            _id_ms, _id_seq = now, 0
+        else:
+            _id_seq += 1
+            if _id_seq > 999:
+                _id_ms, _id_seq = _id_ms + 1, 0
+        ms, seq = _id_ms, _id_seq
+        rnd = _id_rng.randrange(10**10)
+    return f"ID:{ms}{seq:03d}-{rnd:010d}"
+
+
+# ---------------------------------------------------------------- field escaping
+
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-*_")
+#: ASCII -> escaped ASCII, for str.translate (the common, all-ASCII case)
+_ASCII_ESCAPES = {
+    i: (chr(i) if chr(i) in _UNRESERVED else "+" if i == 0x20 else f"%{i:02X}") for i in range(128)
+}
+_PCT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def encode_field(s: str) -> str:
+    """Java's ``URLEncoder.encode(s, "UTF-8")`` followed by ``.`` -> ``%2E``.
+
+    Lone surrogates ``\\udc80``-``\\udcff`` (how Python's ``os.listdir`` carries
+    undecodable bytes) are written as the byte they stand for; any other lone
+    surrogate raises :class:`MessageFormatError`.
+    """
+    if not isinstance(s, str):
+        raise MessageFormatError(f"can only encode str, not {type(s).__name__}")
+    if s.isascii():
+        return s.translate(_ASCII_ESCAPES)
+    try:
+        out = quote_plus(s, safe="*", encoding="utf-8", errors="surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError(f"{s!r} is not valid Unicode: {exc.reason}") from None
+    return out.replace("~", "%7E").replace(".", "%2E")
+
+
+def _pct_run(m: re.Match[str]) -> str:
+    return bytes.fromhex(m.group().replace("%", "")).decode("utf-8", "replace")
+
+
+def decode_field(s: str) -> str:
+    """Inverse of :func:`encode_field` (``+`` -> space, ``%XX`` -> byte, UTF-8).
+
+    Lenient like a browser, never raises: an invalid ``%`` sequence stays as it
+    is, invalid UTF-8 becomes U+FFFD (as Java's decoder does).
+    """
+    if "+" in s:
+        s = s.replace("+", " ")
+    if "%" in s:
+        s = _PCT_RUN.sub(_pct_run, s)
+    return s
+
+
+# ---------------------------------------------------------------- Java number text
+
+_JAVA_WHITESPACE = "".join(map(chr, range(33)))  # String.trim(): every char <= ' '
+_JAVA_INT_RE = re.compile(r"[+-]?[0-9]{1,40}")
+_JAVA_DEC_RE = re.compile(
+    r"([+-]?)(?:(NaN)|(Infinity)|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?))[fFdD]?"
+)
+_JAVA_HEX_RE = re.compile(
+    r"([+-]?)(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?"
+)
+
+
+def _to_f32(x: float) -> float:
+    """Round a double to the nearest float32 (overflow -> infinity, as Java's cast)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _decimal_to_f32(text: str) -> float:
+    """Correctly rounded decimal -> float32 (no double-rounding error)."""
+    d = float(text)
+    f = _to_f32(d)
+    if f == d or not math.isfinite(f) or len(text) > 400:
+        return f
+    # decimal -> double -> float32 only goes wrong when the double is exactly
+    # halfway between two float32 values; then the exact decimal decides.
+    other = _to_f32(2 * d - f)
+    if other != f and (f + other) / 2 == d:
+        exact = Fraction(text)
+        if exact != Fraction(d):
+            return max(f, other) if exact > Fraction(d) else min(f, other)
+    return f
+
+
+def _parse_java_float(text: str, single: bool) -> float | None:
+    """``Float.parseFloat`` / ``Double.parseDouble``; None when Java would throw."""
+    if text and text[-1] in "0123456789" and text.isascii() and "_" not in text and len(text) < 100:
+        # Python's float() takes exactly Java's decimal syntax for such text
+        # (no inf/nan words, no underscores, no suffix letter, no non-ASCII digits).
+        try:
+            return _decimal_to_f32(text) if single else float(text)
+        except ValueError:
+            pass
+    s = text.strip(_JAVA_WHITESPACE)
+    m = _JAVA_DEC_RE.fullmatch(s)
+    if m is not None:
+        sign, nan, inf, num = m.groups()
+        if nan:
+            return math.nan
+        if inf:
+            return -math.inf if sign == "-" else math.inf
+        if len(num) > 2000:  # pathological; keep int/float conversion cheap
+            return None
+        body = sign + num
+        return _decimal_to_f32(body) if single else float(body)
+    m = _JAVA_HEX_RE.fullmatch(s)
+    if m is not None and len(s) < 400:
+        try:
+            v = float.fromhex(m.group(1) + m.group(2))
+        except (ValueError, OverflowError):
+            v = math.copysign(math.inf, -1.0 if m.group(1) == "-" else 1.0)
+        return _to_f32(v) if single else v
+    return None
+
+
+def _shortest_digits(x: float, single: bool) -> tuple[str, int]:
+    """Digits (no trailing zeros) and exponent e with x = d.ddd x 10**e, x > 0 finite.
+
+    JDK 19+ ``Double.toString``/``Float.toString``: among the decimals that read
+    back to x, those of the shortest length (but at least 2 digits), the one
+    closest to x (ties: even last digit).
+    """
+    if math.frexp(x)[0] == 0.5:
+        return _shortest_digits_exact(x, single)
+    # Not a power of two: the values reading back to x form an interval
+    # symmetric around x, so the correctly rounded n-digit decimal reads back
+    # whenever any n-digit decimal does.
+    if single:
+        n = 2
+        while n < 9 and _decimal_to_f32(f"{x:.{n - 1}e}") != x:
+            n += 1
+    else:
+        mant = repr(x).partition("e")[0].replace(".", "").strip("0")
+        n = max(len(mant), 2)
+    mant, _, exp = f"{x:.{n - 1}e}".partition("e")
+    return (mant[0] + mant[2:]).rstrip("0") or "0", int(exp)
+
+
+def _shortest_digits_exact(x: float, single: bool) -> tuple[str, int]:
+    """The same by exact decimal arithmetic (for powers of two, whose interval is lopsided)."""
+    exact = Decimal(x)
+    adjusted = exact.adjusted()
+    for n in range(2, 18):
+        quantum = Decimal(1).scaleb(adjusted - n + 1)
+        best = None
+        for cand in (exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)):
+            text = str(cand)
+            back = _decimal_to_f32(text) if single else float(text)
+            if back != x:
+                continue
+            if best is None:
+                best = cand
+            else:
+                db, dc = abs(best - exact), abs(cand - exact)
+                if dc < db or (dc == db and cand.as_tuple().digits[-1] % 2 == 0):
+                    best = cand
+        if best is not None:
+            d = best.normalize()
+            return "".join(map(str, d.as_tuple().digits)), d.adjusted()
+    raise AssertionError(f"no decimal reads back as {x!r}")  # pragma: no cover
+
+
+def _java_fp_str(x: float, single: bool) -> str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0.0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign = "-" if x < 0 else ""
+    digits, e = _shortest_digits(abs(x), single)
+    if -3 <= e < 7:  # 10^-3 <= |x| < 10^7: plain notation
+        if e >= 0:
+            ip = digits[: e + 1].ljust(e + 1, "0")
+            fp = digits[e + 1 :] or "0"
+        else:
+            ip, fp = "0", "0" * (-e - 1) + digits
+        return f"{sign}{ip}.{fp}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{e}"
+
+
+def java_double_str(x: float) -> str:
+    """``Double.toString(x)`` (JDK 19+ shortest digits)."""
+    return _java_fp_str(float(x), False)
+
+
+def java_float_str(x: float) -> str:
+    """``Float.toString((float) x)`` (JDK 19+ shortest digits that round-trip through float32)."""
+    return _java_fp_str(_to_f32(float(x)), True)
+
+
+# ---------------------------------------------------------------- properties
+
+
+def _format_value(letter: str, value: Any) -> str:
+    if letter == "B":
+        return "true" if value else "false"
+    if letter in _INT_BITS:
+        return str(value)
+    if letter == "F":
+        return encode_field(java_float_str(value))
+    if letter == "D":
+        return encode_field(java_double_str(value))
+    return encode_field(value)
+
+
+def _encode_pair(name: str, prop: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
+    if not isinstance(prop, Property):
+        prop = Property.of(prop)
+    value = coerce(prop.letter, prop.value)  # validates type and range
+    return f"{encode_field(name)}{prop.letter}={_format_value(prop.letter, value)}"
+
+
+def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> str:
+    """The properties field: ``enc(name)+letter=enc(value)`` joined by ``&``.
+
+    ``JMSXDeliveryCount`` is not taken from ``properties``: it is written as
+    ``JMSXDeliveryCountI=<delivery_count - 1>`` when ``delivery_count > 1``, in
+    the position the property has in ``properties`` (else last).
+    """
+    stored = delivery_count - 1 if delivery_count > 1 else 0
+    parts: list[str] = []
+    wrote_count = False
+    for name, prop in properties.items():
+        if name == DELIVERY_COUNT:
+            if stored and not wrote_count:
+                parts.append(f"{DELIVERY_COUNT}I={stored}")
+                wrote_count = True
+            continue
+        parts.append(_encode_pair(name, prop))
+    if stored and not wrote_count:
+        parts.append(f"{DELIVERY_COUNT}I={stored}")
+    return "&".join(parts)
+
+
+def _parse_int(text: str, bits: int) -> int | None:
+    if text.isdigit() and text.isascii() and len(text) < 19:
+        v = int(text)  # the common case
+    elif _JAVA_INT_RE.fullmatch(text) is None:
+        return None
+    else:
+        v = int(text)
+    if -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+        return v
+    return None
+
+
+def _parse_value(letter: str, text: str) -> Property:
+    if letter == "B":
+        return Property("B", text.lower() == "true")  # Boolean.parseBoolean
+    if letter in _INT_BITS:
+        v = _parse_int(text, _INT_BITS[letter])
+        return Property(letter, v) if v is not None else Property("S", text)
+    if letter in ("F", "D"):
+        f = _parse_java_float(text, letter == "F")
+        return Property(letter, f) if f is not None else Property("S", text)
+    return Property("S", text)
+
+
+def decode_properties(field: str) -> dict[str, Property]:
+    """The properties field as typed values, in name order; never raises.
+
+    Pairs without ``=`` or with an empty name are skipped; an unknown type
+    letter or a value that does not parse as its type reads as a String; a
+    repeated name keeps its first position and its last value.
+    """
+    props: dict[str, Property] = {}
+    if not field:
+        return props
+    for pair in field.split("&"):
+        key, eq, raw = pair.partition("=")
+        if not eq:
+            continue
+        key = decode_field(key)
+        if len(key) < 2:
+            continue
+        props[key[:-1]] = _parse_value(key[-1], decode_field(raw))
+    return props
+
+
+# ---------------------------------------------------------------- names
+
+_PRIO_RE = re.compile(r"[+-]?[0-9]{1,12}")
+_ID12_RE = re.compile(r"([0-9]{1,30})-[0-9]{1,30}")
+_LONG_RE = re.compile(r"[+-]?[0-9]{1,25}")
+# priority . 1.2-style id . (at least a third field): the fast path of sort_key
+_SORT_RE = re.compile(r"([+-]?[0-9]{1,12})\.([0-9]{1,30})-[0-9]{1,30}\.")
+
+
+def _split_name(name: str) -> tuple[int, list[str]] | None:
+    """(priority, fields) for a parseable name, else None."""
+    fields = name.split(".")
+    if not 3 <= len(fields) <= 8 or not fields[1]:
+        return None
+    if _PRIO_RE.fullmatch(fields[0]) is None:
+        return None
+    prio = int(fields[0])
+    if not _INT_MIN <= prio <= _INT_MAX:
+        return None
+    return prio, fields
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _class_for(letter: str, default_class: str) -> type[Message]:
+    cls = MESSAGE_CLASSES.get(letter)
+    if cls is None:
+        cls = MESSAGE_CLASSES.get(default_class, MESSAGE_CLASSES[DEFAULT_CLASS_LETTER])
+    return cls
+
+
+def _reply_to(text: str) -> Queue | Topic | None:
+    if not text:
+        return None
+    try:
+        if text[0] == "Q":
+            return Queue(text[1:])
+        if text[0] == "T":
+            return Topic(text[1:])
+        return Queue(text)  # [ours] no kind prefix: a queue
+    except Exception:  # not a valid destination name: no reply-to
+        return None
+
+
+def _unparseable(name: str, now_ms: int | None, default_class: str) -> Message:
+    cls = _class_for("", default_class)
+    msg = cls(
+        message_id="ID:" + name,
+        timestamp=_now_ms() if now_ms is None else now_ms,
+        priority=DEFAULT_PRIORITY,
+    )
+    msg.properties[DELIVERY_COUNT] = Property("I", 1)
+    return msg
+
+
+def _decode_name_strict(
+    name: str, now_ms: int | None, default_class: str, claimed: bool
+) -> Message:
+    parsed = _split_name(name)
+    if parsed is None:
+        return _unparseable(name, now_ms, default_class)
+    prio, fields = parsed
+    fields += [""] * (8 - len(fields))
+    _, raw_id, letter, raw_exp, raw_corr, raw_reply, raw_type, raw_props = fields
+
+    mid = decode_field(raw_id)
+    m = _ID12_RE.fullmatch(mid)
+    if m is not None:
+        timestamp = int(m.group(1)) // 1000
+    else:
+        timestamp = _now_ms() if now_ms is None else now_ms
+
+    expiration = 0
+    if raw_exp and _LONG_RE.fullmatch(raw_exp):
+        v = int(raw_exp)
+        if _LONG_MIN <= v <= _LONG_MAX:
+            expiration = v
+
+    props = decode_properties(raw_props)
+    n = 0
+    stored = props.get(DELIVERY_COUNT)
+    if stored is not None and stored.letter in _INT_BITS and 0 < stored.value < _INT_MAX:
+        n = stored.value
+    if claimed:
+        delivery_count = max(n, 1)
+        redelivered = n > 1
+    else:
+        delivery_count = n + 1
+        redelivered = n > 0
+    props[DELIVERY_COUNT] = Property("I", delivery_count)
+
+    cls = _class_for(letter, default_class)
+    return cls(
+        message_id="ID:" + mid,
+        timestamp=timestamp,
+        priority=prio,
+        expiration=expiration,
+        correlation_id=decode_field(raw_corr) or None,
+        reply_to=_reply_to(decode_field(raw_reply)),
+        jms_type=decode_field(raw_type) or None,
+        redelivered=redelivered,
+        delivery_count=delivery_count,
+        properties=props,
+    )
+
+
+def decode_name(
+    name: str,
+    now_ms: int | None = None,
+    *,
+    default_class: str = DEFAULT_CLASS_LETTER,
+    claimed: bool = False,
+) -> Message:
+    """The message a file name describes (headers and typed properties, empty body).
+
+    Never raises for a ``str``: an unparseable name gives JMSMessageID
+    ``"ID:" + name``, timestamp ``now_ms`` (default: the clock), priority 4.
+    ``default_class`` is the class letter used when the name has none or an
+    unknown one ([ours] ``"B"``; 1.2's code used ``"T"``).  ``claimed=True``
+    reads a name produced by a claim (in ``processing/`` or ``processed/``,
+    client-id prefix removed), whose delivery count is the current one.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"file name must be str, not {type(name).__name__}")
+    try:
+        return _decode_name_strict(name, now_ms, default_class, claimed)
+    except Exception:  # defensive: a foreign file must stay consumable
+        return _unparseable(name, now_ms, default_class)
+
+
+def _check_long(what: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise MessageFormatError(f"{what} must be an int in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def encode_name(msg: Message) -> str:
+    """The file name of ``msg`` (see the module docstring).
+
+    Raises :class:`MessageFormatError` for headers that cannot be written and
+    :class:`NameTooLongError` when the name exceeds 255 bytes.
+    """
+    prio = _check_long("priority", msg.priority, _INT_MIN, _INT_MAX)
+    mid = msg.message_id
+    if not isinstance(mid, str):
+        raise MessageFormatError("message has no message id (assign one with new_message_id())")
+    if mid.startswith("ID:"):
+        mid = mid[3:]
+    if not mid:
+        raise MessageFormatError(f"message id {msg.message_id!r} is empty")
+    if msg.class_letter not in CLASS_LETTERS:
+        raise MessageFormatError(f"unknown message class letter {msg.class_letter!r}")
+    exp = _check_long("expiration", msg.expiration, _LONG_MIN, _LONG_MAX)
+    dc = _check_long("delivery_count", msg.delivery_count, 1, _INT_MAX)
+    reply = msg.reply_to
+    if reply is None:
+        reply_field = ""
+    elif isinstance(reply, Queue):
+        reply_field = encode_field("Q" + reply.name)
+    elif isinstance(reply, Topic):
+        reply_field = encode_field("T" + reply.name)
+    else:
+        raise MessageFormatError(f"reply-to must be a Queue or Topic, got {reply!r}")
+    fields = [
+        str(prio),
+        encode_field(mid),
+        msg.class_letter,
+        str(exp) if exp else "",
+        encode_field(msg.correlation_id) if msg.correlation_id else "",
+        reply_field,
+        encode_field(msg.jms_type) if msg.jms_type else "",
+        encode_properties(msg.properties, dc),
+    ]
+    while len(fields) > 3 and not fields[-1]:
+        fields.pop()
+    name = ".".join(fields)
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise NameTooLongError(
+            f"encoded file name of message {msg.message_id} is {size} bytes, over the "
+            f"{MAX_NAME_BYTES}-byte limit; shorten its properties, correlation id, "
+            f"JMSType or reply-to"
+        )
+    return name
+
+
+def with_delivery_count(name: str, count: int) -> str:
+    """``name`` with its properties field carrying ``JMSXDeliveryCountI=<count>``.
+
+    Replaces the pair in place (dropping duplicates) or appends it, adding empty
+    fields as needed.  An unparseable name, or a result over 255 bytes, is
+    returned unchanged.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"delivery count must be a non-negative int, got {count!r}")
+    parsed = _split_name(name)
+    if parsed is None:
+        return name
+    fields = parsed[1]
+    fields += [""] * (8 - len(fields))
+    new = f"{DELIVERY_COUNT}I={count}"
+    out: list[str] = []
+    done = False
+    for pair in fields[7].split("&") if fields[7] else ():
+        key = decode_field(pair.partition("=")[0])
+        if key[:-1] == DELIVERY_COUNT and "=" in pair:
+            if not done:
+                out.append(new)
+                done = True
+            continue
+        out.append(pair)
+    if not done:
+        out.append(new)
+    fields[7] = "&".join(out)
+    result = ".".join(fields)
+    if _name_bytes(result) > MAX_NAME_BYTES:
+        return name
+    return result
+
+
+def _name_bytes(s: str) -> int:
+    try:
+        return len(s.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return len(s.encode("utf-8", "surrogatepass"))
+
+
+def processing_name(client_id: str, name: str) -> str:
+    """``enc(client_id) + "~" + name``, or ``name`` when that exceeds 255 bytes (as 1.2)."""
+    pname = encode_field(client_id) + "~" + name
+    return name if _name_bytes(pname) > MAX_NAME_BYTES else pname
+
+
+def split_processing_name(pname: str) -> tuple[str | None, str]:
+    """(client id or None, original name): split at the first ``~``."""
+    head, sep, rest = pname.partition("~")
+    if not sep:
+        return None, pname
+    return decode_field(head), rest
+
+
+def sort_key(name: str) -> tuple[int, int, int, str]:
+    """Delivery order key: priority desc, then id prefix (millis*1000+counter) asc, then name.
+
+    Cheap: a regex match on the head of the name, no full decode.  Names with a
+    foreign id sort after 1.2 ids of the same priority, unparseable names
+    (priority 4) after both.  Agrees with :func:`decode_name` on the priority.
+    """
+    m = _SORT_RE.match(name)
+    if m is not None and name.count(".") <= 7:
+        prio = int(m.group(1))
+        if _INT_MIN <= prio <= _INT_MAX:
+            return (-prio, 0, int(m.group(2)), name)
+    parsed = _split_name(name)
+    if parsed is None:
+        return (-DEFAULT_PRIORITY, 2, 0, name)
+    prio, fields = parsed
+    m = _ID12_RE.fullmatch(decode_field(fields[1]))
+    if m is not None:
+        return (-prio, 0, int(m.group(1)), name)
+    return (-prio, 1, 0, name)
+
+
+# ---------------------------------------------------------------- bodies
+
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _json_float(x: float) -> Any:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _check_text(what: str, s: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MessageFormatError(f"{what} {s!r} contains a lone surrogate") from None
+
+
+def _encode_value(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, Property):
+        letter, value = v.letter, v.value
+    elif isinstance(v, bool):
+        letter, value = "B", v
+    elif isinstance(v, int):
+        letter, value = ("I" if _INT_MIN <= v <= _INT_MAX else "L"), v
+    elif isinstance(v, float):
+        letter, value = "D", v
+    elif isinstance(v, str):
+        letter, value = "S", v
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        letter, value = "X", bytes(v)
+    else:
+        raise MessageFormatError(
+            f"body values must be None, bool, int, float, str, bytes or Property, "
+            f"not {type(v).__name__}"
+        )
+    if letter == "C":
+        if not isinstance(value, str) or len(value) != 1 or ord(value) > 0xFFFF:
+            raise MessageFormatError(f"char value must be one BMP character, got {value!r}")
+        _check_text("char", value)
+        return ["C", value]
+    if letter == "X":
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise MessageFormatError(f"bytes value must be bytes, got {value!r}")
+        return ["X", base64.b64encode(bytes(value)).decode("ascii")]
+    value = coerce(letter, value)  # B Y H I L F D S, ranges and float32 rounding
+    if letter == "S":
+        _check_text("string", value)
+        return ["S", value]
+    if letter in ("F", "D"):
+        return [letter, _json_float(value)]
+    if letter == "L":
+        return ["L", str(value)]
+    return [letter, value]
+
+
+def _decode_value(item: Any, typed: bool) -> Any:
+    if item is None:
+        return None
+    if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+        raise MessageFormatError(f"body value must be null or [letter, value], got {item!r}")
+    letter, raw = item
+    value: Any
+    if letter == "B":
+        if not isinstance(raw, bool):
+            raise MessageFormatError(f"boolean value must be true/false, got {raw!r}")
+        value = raw
+    elif letter in _INT_BITS:
+        if letter == "L" and isinstance(raw, str) and _JAVA_INT_RE.fullmatch(raw):
+            raw = int(raw)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise MessageFormatError(f"{letter} value must be an integer, got {raw!r}")
+        bits = _INT_BITS[letter]
+        if not -(2 ** (bits - 1)) <= raw < 2 ** (bits - 1):
+            raise MessageFormatError(f"{raw} does not fit type {letter}")
+        value = raw
+    elif letter in ("F", "D"):
+        if isinstance(raw, str) and raw in _SPECIAL_FLOATS:
+            value = _SPECIAL_FLOATS[raw]
+        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            value = float(raw)
+        else:
+            raise MessageFormatError(f"{letter} value must be a number, got {raw!r}")
+        if letter == "F":
+            value = _to_f32(value)
+    elif letter == "S":
+        if not isinstance(raw, str):
+            raise MessageFormatError(f"string value must be a string, got {raw!r}")
+        value = raw
+    elif letter == "C":
+        if not isinstance(raw, str) or len(raw) != 1 or ord(raw) > 0xFFFF:
+            raise MessageFormatError(f"char value must be one BMP character, got {raw!r}")
+        value = raw
+    elif letter == "X":
+        if not isinstance(raw, str):
+            raise MessageFormatError(f"bytes value must be a base64 string, got {raw!r}")
+        try:
+            value = base64.b64decode(raw.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            raise MessageFormatError(f"bytes value is not valid base64: {raw[:40]!r}") from None
+    else:
+        raise MessageFormatError(f"unknown body value type letter {letter!r}")
+    return Property(letter, value) if typed else value
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+        "utf-8"
+    )
+
+
+def _loads(data: bytes) -> Any:
+    if isinstance(data, str):
+        raise MessageFormatError("body must be bytes, not str")
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MessageFormatError(f"body is not UTF-8 JSON: {exc}") from None
+
+
+def encode_map(values: dict[str, Any]) -> bytes:
+    """MapMessage body: ``{"name": [letter, value] | null, ...}`` as UTF-8 JSON."""
+    if not isinstance(values, dict):
+        raise MessageFormatError(f"map body must be a dict, not {type(values).__name__}")
+    out = {}
+    for name, v in values.items():
+        if not isinstance(name, str) or not name:
+            raise MessageFormatError(f"map names must be non-empty strings, got {name!r}")
+        _check_text("map name", name)
+        out[name] = _encode_value(v)
+    return _dumps(out)
+
+
+def decode_map(data: bytes, typed: bool = False) -> dict[str, Any]:
+    """Inverse of :func:`encode_map`; ``typed=True`` gives every non-null value as a Property."""
+    obj = _loads(data)
+    if not isinstance(obj, dict):
+        raise MessageFormatError("map body must be a JSON object")
+    out = {}
+    for name, item in obj.items():
+        if not name:
+            raise MessageFormatError("map body has an empty name")
+        out[name] = _decode_value(item, typed)
+    return out
+
+
+def encode_stream(values: list[Any]) -> bytes:
+    """StreamMessage body: ``[[letter, value] | null, ...]`` as UTF-8 JSON."""
+    if not isinstance(values, (list, tuple)):
+        raise MessageFormatError(f"stream body must be a list, not {type(values).__name__}")
+    return _dumps([_encode_value(v) for v in values])
+
+
+def decode_stream(data: bytes, typed: bool = False) -> list[Any]:
+    """Inverse of :func:`encode_stream`; ``typed=True`` gives every non-null value as a Property."""
+    obj = _loads(data)
+    if not isinstance(obj, list):
+        raise MessageFormatError("stream body must be a JSON array")
+    return [_decode_value(item, typed) for item in obj]
