@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian packages the fault-injection, power-loss and database tests need (CI is root).
 APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql
 
-.PHONY: setup system-deps run test spec spec-deep bench clean
+.PHONY: setup system-deps run conformance test spec spec-deep bench stress stress-smoke clean
 
 setup: $(STAMP)
 
@@ -25,8 +25,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-run: setup          ## the main job on the embedded default
-	$(DMQ) demo --root ./var/dropbox
+REPORTS := reports
+
+run: setup          ## the main job: the conformance suite on the embedded default (reference, shell, broken examples)
+	$(DMQ) conformance run --out $(REPORTS)/conformance --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
+
+conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml judges one implementation, ONLY=check id
+	$(DMQ) conformance run $(if $(IMPL),--impl $(IMPL)) $(if $(ONLY),--only $(ONLY)) --out $(REPORTS)/conformance \
+	  --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
 test: setup         ## the whole suite, in parallel
 	$(PY) -m pytest -n auto
@@ -39,6 +45,12 @@ spec-deep: setup
 
 bench: setup
 	$(PY) -m dropboxmq.stress.bench
+
+stress: setup system-deps   ## every nemesis (long profile); root needed for tmpfs / loop mounts
+	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json
+
+stress-smoke: setup system-deps   ## <= 3 min: kills + contention + full disk + fail-at-N
+	$(DMQ) stress run --profile smoke --out reports/stress-smoke --baseline stress/baselines/smoke.json
 
 clean:
 	rm -rf $(VENV) var reports .pytest_cache

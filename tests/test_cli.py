@@ -241,6 +241,7 @@ def test_receive_count_zero_drains(tmp_path: Path) -> None:
     result = ok(root, "receive", "q", "-n", "0")
     assert len(result.stdout.splitlines()) == 4
     assert counts(root, "q")["processed"] == 4
+    assert ok(root, "receive", "q", "-n", "0").stdout == ""  # already drained: still success
 
 
 def test_receive_plain_output_is_never_markup(tmp_path: Path) -> None:

@@ -308,7 +308,8 @@ def _check_selector(selector: str | None) -> None:
 @click.pass_context
 def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) -> None:
     """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
-    and print them.  Exit status 3 when no message arrived.
+    and print them.  Exit status 3 when no message arrived, except with -n 0 (drain:
+    an already empty queue is success).
 
     \b
     Examples:
@@ -334,7 +335,7 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) 
             session.commit()
         elif mode == 2:
             session.acknowledge()
-    if got == 0:
+    if got == 0 and count != 0:
         if not as_json:
             err_console.print(Text(f"no message in {queue}"), soft_wrap=True)
         sys.exit(3)
@@ -451,9 +452,19 @@ def demo(ctx, producers, consumers, messages, queue) -> None:
 
 def _register_optional_groups() -> None:
     try:
+        from dropboxmq.stress.cli import stress
+        main.add_command(stress)
+    except ImportError:
+        pass
+    try:
         from .xa_cli import xa
         main.add_command(xa)
     except ImportError:  # two-phase-commit support not present
+        pass
+    try:
+        from dropboxmq.conformance.cli import conformance
+        main.add_command(conformance)
+    except ImportError:  # conformance suite not installed
         pass
     try:
         from .spec_check import spec

@@ -1,0 +1,124 @@
+"""``dropboxmq conformance run|list``: judge implementations black-box through the file system."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .checks import CHECKS
+
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "skipped": "dim"}
+
+
+@click.group("conformance")
+def conformance() -> None:
+    """The conformance suite: run producers, consumers and session adapters named in
+    manifests (TOML), watch the dropbox with inotify, and judge files, names and the
+    recorded event trace against the lifecycle table and the spec."""
+
+
+@conformance.command("list")
+def list_checks() -> None:
+    """Every check with its rule and the seed/spec rule it enforces."""
+    console = Console()
+    table = Table(title="conformance checks")
+    table.add_column("id", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("rule")
+    table.add_column("enforces", style="dim")
+    for c in CHECKS:
+        table.add_row(c.id, c.role, Text(c.rule), Text(c.ref))
+    console.print(table)
+
+
+@conformance.command("run")
+@click.option("--impl", "impls", multiple=True, metavar="MANIFEST",
+              help="A manifest (path, or the name of a shipped one); repeatable. Default: the embedded set "
+                   "(reference, shell, every broken example).")
+@click.option("--only", "only", multiple=True, metavar="CHECK", help="Run only this check (or prefix, e.g. producer); repeatable.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report here.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/conformance"),
+              show_default=True, help="Work directory: roots, traces, logs, report.json.")
+@click.option("--jobs", "-j", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="Implementations judged in parallel.")
+@click.option("--no-tlc", is_flag=True, help="Skip TLC trace validation (model.tlc is then inconclusive).")
+def run(impls, only, junit, html_path, out, jobs, no_tlc) -> None:
+    """Run the suite; exit 1 if an implementation expected to pass fails a check, or a
+    broken example is not caught (catch rate below 100 %)."""
+    from . import manifest as M
+    from . import report, runner
+
+    console = Console(stderr=True)
+    try:
+        paths = [M.find(s) for s in impls] if impls else M.default_manifests()
+        manifests = [M.load(p) for p in paths]
+        wanted = runner.wanted_checks(list(only))
+    except (M.ManifestError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if len({m.name for m in manifests}) != len(manifests):
+        raise click.ClickException("two manifests have the same name")
+    out = out.resolve()
+    with Progress(TextColumn("[bold]conformance"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=not console.is_terminal) as progress:
+        task = progress.add_task("starting", total=len(manifests))
+
+        def tick(what: str) -> None:
+            progress.update(task, description=what)
+
+        def done(rep) -> None:
+            progress.advance(task)
+            progress.update(task, description=f"{rep.name}: {rep.verdict}")
+
+        summary = runner.run_all(manifests, out, wanted, tlc=not no_tlc, jobs=jobs, tick=tick, done=done)
+
+    report.write_json(summary, out / "report.json")
+    if html_path:
+        report.write_html(summary, html_path)
+    if junit:
+        report.write_junit(summary, junit)
+    stdout = Console()
+    _print_summary(summary, stdout if stdout.is_terminal else Console(width=150))
+    if html_path:
+        console.print(f"HTML report: {html_path}")
+    if junit:
+        console.print(f"JUnit XML:   {junit}")
+    sys.exit(0 if summary.ok else 1)
+
+
+def _print_summary(summary, console: Console) -> None:
+    table = Table(title="conformance summary")
+    for col in ("implementation", "expected", "verdict", "pass", "fail", "inconcl.", "skipped", "caught by / failed", "time"):
+        table.add_column(col, no_wrap=col not in ("caught by / failed",))
+    for rep in summary.reports:
+        style = "green" if rep.ok else "bold red"
+        failed = ", ".join(rep.caught_by)
+        table.add_row(rep.name, rep.expect, Text(rep.verdict, style=style), str(rep.count("pass")),
+                      str(rep.count("fail")), str(rep.count("inconclusive")), str(rep.count("skipped")),
+                      Text(failed), f"{rep.seconds:.1f}s")
+    console.print(table)
+    for rep in summary.reports:
+        for r in rep.results:
+            if rep.expect == "pass" and r.status in ("fail", "inconclusive"):
+                console.print(Text.assemble((f"  {rep.name} ", "bold"), (r.status, _STYLE[r.status]),
+                                            f" {r.check}: {r.summary}"), soft_wrap=True)
+        if rep.error:
+            console.print(Text(f"  {rep.name}: run error: {rep.error}", style="red"))
+    rate = summary.catch_rate
+    if rate is not None:
+        caught = sum(1 for r in summary.broken if r.ok)
+        console.print(Text(f"catch rate: {rate * 100:.0f} % ({caught}/{len(summary.broken)} broken examples caught "
+                           "by a named check)", style="green" if rate == 1.0 else "bold red"))
+    console.print(f"wall time: {summary.seconds:.1f} s; overall: "
+                  + ("[green]OK[/green]" if summary.ok else "[bold red]FAILED[/bold red]"))
+
+
+if __name__ == "__main__":
+    conformance()

@@ -1,0 +1,131 @@
+"""Manifests: how an implementation under test is described (TOML; see README.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+ROLES = ("produce", "consume", "recover", "adapter", "publish", "subscribe")
+OUTPUT_FORMATS = ("names", "ids", "json", "bodies")
+PLACEHOLDERS = ("root", "queue", "count", "body_dir", "client_id", "priority", "topic", "here", "python",
+                "dropboxmq", "out")
+
+
+class ManifestError(ValueError):
+    pass
+
+
+@dataclass
+class Manifest:
+    name: str
+    description: str
+    path: Path
+    commands: dict[str, str]
+    expect: str = "pass"  # "pass": must pass every check; "fail": a broken example that must be caught
+    caught_by: list[str] = field(default_factory=list)
+    ack_removes: bool = False
+    ordered: bool = False
+    consume_output: str = "names"
+    timeout: float = 20.0
+    ok_exit: tuple[int, ...] = (0,)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def here(self) -> Path:
+        return self.path.parent
+
+    def has(self, role: str) -> bool:
+        return bool(self.commands.get(role))
+
+    def command(self, role: str, **values: object) -> str:
+        """The shell command for ``role`` with its placeholders filled in (shell-quoted)."""
+        template = self.commands[role]
+        values = {"here": str(self.here), "python": sys.executable,
+                  "dropboxmq": f"{shlex.quote(sys.executable)} -m dropboxmq.cli", **values}
+
+        def sub(m: re.Match[str]) -> str:
+            key = m.group(1)
+            if key not in values:
+                raise ManifestError(f"{self.name}: command {role!r} uses {{{key}}}, which is not given for this role")
+            v = values[key]
+            return v if key == "dropboxmq" else shlex.quote(str(v))
+
+        return re.sub(r"\{(" + "|".join(PLACEHOLDERS) + r")\}", sub, template)
+
+
+def load(path: str | Path) -> Manifest:
+    path = Path(path).resolve()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{path}: 'name' (a string) is required")
+    commands = data.get("commands", {})
+    if not isinstance(commands, dict) or not all(isinstance(v, str) for v in commands.values()):
+        raise ManifestError(f"{path}: [commands] must map roles to command strings")
+    unknown = set(commands) - set(ROLES)
+    if unknown:
+        raise ManifestError(f"{path}: unknown roles {sorted(unknown)} (known: {', '.join(ROLES)})")
+    if not any(commands.get(r) for r in ("produce", "consume", "adapter")):
+        raise ManifestError(f"{path}: give at least one of produce, consume, adapter")
+    flags = data.get("flags", {})
+    out = flags.get("consume_output", "names")
+    if out not in OUTPUT_FORMATS:
+        raise ManifestError(f"{path}: consume_output must be one of {OUTPUT_FORMATS}")
+    expect = data.get("expect", "pass")
+    if expect not in ("pass", "fail"):
+        raise ManifestError(f"{path}: expect must be 'pass' or 'fail'")
+    return Manifest(
+        name=name,
+        description=str(data.get("description", "")),
+        path=path,
+        commands=dict(commands),
+        expect=expect,
+        caught_by=list(data.get("caught_by", [])),
+        ack_removes=bool(flags.get("ack_removes", False)),
+        ordered=bool(flags.get("ordered", False)),
+        consume_output=out,
+        timeout=float(flags.get("timeout", 20.0)),
+        ok_exit=tuple(int(c) for c in flags.get("ok_exit", [0])),
+        env={str(k): str(v) for k, v in data.get("env", {}).items()},
+    )
+
+
+def impls_dir() -> Path:
+    return Path(str(resources.files("dropboxmq.conformance") / "impls"))
+
+
+def default_manifests() -> list[Path]:
+    """The embedded default: the reference, the shell implementation, every broken example."""
+    base = impls_dir()
+    order = [base / "reference" / "reference.toml", base / "shell" / "shell.toml"]
+    order += sorted((base / "broken").glob("*.toml"))
+    return [p for p in order if p.exists()]
+
+
+def find(spec: str) -> Path:
+    """A manifest path, or the name of a shipped one (``reference``, ``shell``, ``write-into-target``)."""
+    p = Path(spec)
+    if p.is_file():
+        return p
+    for m in default_manifests():
+        if m.stem == spec or load(m).name == spec:
+            return m
+    raise ManifestError(f"no manifest {spec!r} (a path, or one of: "
+                        + ", ".join(m.stem for m in default_manifests()) + ")")
+
+
+def environ(m: Manifest) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(m.env)
+    env.setdefault("LC_ALL", "C")
+    return env

@@ -1,0 +1,334 @@
+"""Model check of a recorded trace.
+
+Fast replay (always): every file event under a dropbox's state directories is
+turned into a move of ``dropboxmq.lifecycle`` and checked against its
+``TRANSITIONS`` table with ``move_between`` -- the rules are never re-encoded
+here.  A message is followed from path to path across renames; its state is
+the directory holding it (``state_of_directory``).
+
+* ``create`` of a file in a state directory: ABSENT -> that state (only
+  CREATE into working/ is legal).
+* ``rename``: state of the source directory -> state of the destination
+  directory, inside one dropbox.
+* ``delete``: state -> ABSENT (DISCARD from working/, PURGE from target/ and the
+  terminal directories; with the manifest flag ``ack_removes`` a delete from
+  processing/ is ACK then PURGE).
+* ``close_write`` moves nothing.
+
+Not messages: directories, dot-files ("foreign work in progress", never
+listed by consumers), anything under ``dropboxmq/`` (client registrations,
+transaction logs) and files of a dropbox whose own directory is a dot-name
+other than ``.incoming`` (a subscription being created or being deleted: a
+subscription removed with its messages is the end of a destination, not a
+message move).  Records the watcher synthesized from a scan (``synthetic``)
+establish a state without judging how it was reached.
+
+TLC validation (when the trace is small): :func:`tlc_validate` hands a
+one-dropbox excerpt of the trace to the spec's trace validation
+(``dropboxmq.spec_check``), and reports *inconclusive* when that is not
+available.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dropboxmq.lifecycle import STATE_DIRS, IllegalMove, Move, State, move_between, next_state, state_of_directory
+
+#: Traces with at most this many message events are handed to TLC.
+TLC_MAX_EVENTS = 400
+
+
+@dataclass(frozen=True)
+class Loc:
+    box: str  # the dropbox directory, relative to the root ("Q1/incoming")
+    state: State
+    name: str
+
+
+def locate(rel: str | None) -> Loc | None:
+    """The (dropbox, state, name) a path stands for, or None if it is not a message file's place."""
+    if not rel:
+        return None
+    parts = rel.split("/")
+    if len(parts) < 3 or parts[0] == "dropboxmq":
+        return None
+    state_dir, name = parts[-2], parts[-1]
+    if state_dir not in STATE_DIRS or name.startswith("."):
+        return None
+    box = "/".join(parts[:-2])
+    last = parts[-3]
+    if last.startswith(".") and last != ".incoming":
+        return None
+    if any(p.startswith(".") and p not in (".incoming", ".subscriptions") for p in parts[:-3]):
+        return None
+    return Loc(box, state_of_directory(state_dir), name)
+
+
+@dataclass
+class Step:
+    seq: int
+    t: float
+    op: str
+    state: str  # state after the step
+    move: str | None  # lifecycle move, None for close_write / observed-only steps
+    path: str | None
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "t": self.t, "op": self.op, "state": self.state, "move": self.move,
+                "path": self.path, "note": self.note}
+
+
+@dataclass
+class Track:
+    key: str
+    name: str
+    state: State
+    steps: list[Step] = field(default_factory=list)
+    partial: bool = False  # some of its history was not observed
+
+
+@dataclass
+class Violation:
+    seq: int
+    record: dict
+    reason: str
+    message: str  # track key
+    timeline: list[dict]
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "record": self.record, "reason": self.reason, "message": self.message,
+                "timeline": self.timeline}
+
+
+@dataclass
+class ReplayResult:
+    events: int = 0  # message events judged
+    violation: Violation | None = None
+    tracks: dict[str, Track] = field(default_factory=dict)
+    partial: int = 0
+    overflowed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+
+def _orig(name: str) -> str:
+    from dropboxmq.codec import split_processing_name
+
+    return split_processing_name(name)[1]
+
+
+def _mid(name: str) -> str:
+    from dropboxmq.codec import decode_name
+
+    return decode_name(name).message_id
+
+
+def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
+    """Replay ``records`` against lifecycle.TRANSITIONS; stop at the first illegal move."""
+    res = ReplayResult()
+    at: dict[str, Track] = {}  # current path -> track
+    counter = 0
+
+    def new_track(name: str, state: State) -> Track:
+        nonlocal counter
+        counter += 1
+        tr = Track(f"m{counter}", _orig(name), state)
+        res.tracks[tr.key] = tr
+        return tr
+
+    def fail(rec: dict, tr: Track, reason: str, path: str | None) -> ReplayResult:
+        tr.steps.append(Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], "ILLEGAL", None, path, reason))
+        # The counterexample is the life of the *message*: every file that carried its id
+        # (a copy is a new file, but the same message).
+        mid = _mid(tr.name)
+        steps = [s for t in res.tracks.values() if t is tr or _mid(t.name) == mid for s in t.steps]
+        steps.sort(key=lambda s: (s.seq, s.state == "ILLEGAL"))
+        res.violation = Violation(rec.get("seq", -1), rec, reason, tr.key, [s.as_dict() for s in steps])
+        return res
+
+    def apply(tr: Track, dest: State, rec: dict, path: str | None) -> bool:
+        try:
+            if dest is State.ABSENT and tr.state is State.DELIVERED and ack_removes:
+                mid = next_state(tr.state, Move.ACK)
+                move = f"{Move.ACK.value}+{move_between(mid, dest).value}"
+            else:
+                move = move_between(tr.state, dest).value
+        except IllegalMove as exc:
+            fail(rec, tr, f"{exc} ({tr.state.directory or 'absent'} -> {dest.directory or 'absent'})", path)
+            return False
+        tr.state = dest
+        tr.steps.append(Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], dest.name, move, path))
+        return True
+
+    for rec in records:
+        op = rec.get("op")
+        if op == "overflow":
+            res.overflowed = True
+            continue
+        if rec.get("kind") == "dir":
+            if op == "rename":  # a whole directory moved: carry its messages along
+                src, dst = rec["src"] + "/", rec["dst"] + "/"
+                for p in [p for p in at if p.startswith(src)]:
+                    tr = at.pop(p)
+                    np = dst + p[len(src):]
+                    if locate(np) is None:  # its destination was removed (trash dir)
+                        tr.steps.append(Step(rec["seq"], rec["t"], "rename", "ABSENT", None, np,
+                                             "destination removed"))
+                        tr.state = State.ABSENT
+                    else:
+                        at[np] = tr
+            continue
+        synthetic = bool(rec.get("synthetic")) or rec.get("moved_in") or rec.get("moved_out")
+        if op == "create":
+            loc = locate(rec["path"])
+            if loc is None:
+                continue
+            res.events += 1
+            tr = new_track(loc.name, State.ABSENT)
+            at[rec["path"]] = tr
+            if synthetic:
+                tr.partial = True
+                tr.state = loc.state
+                tr.steps.append(Step(rec["seq"], rec["t"], op, loc.state.name, None, rec["path"],
+                                     f"observed ({rec.get('synthetic') or 'moved in'})"))
+                continue
+            if not apply(tr, loc.state, rec, rec["path"]):
+                return res
+        elif op == "close_write":
+            loc = locate(rec["path"])
+            if loc is None or rec.get("unlinked"):
+                continue
+            tr = at.get(rec["path"])
+            if tr is None:
+                tr = new_track(loc.name, loc.state)
+                tr.partial = True
+                at[rec["path"]] = tr
+            tr.steps.append(Step(rec["seq"], rec["t"], op, tr.state.name, None, rec["path"], "closed after writing"))
+        elif op == "rename":
+            sloc, dloc = locate(rec["src"]), locate(rec["dst"])
+            if sloc is None and dloc is None:
+                continue
+            res.events += 1
+            tr = at.pop(rec["src"], None)
+            if tr is None:
+                tr = new_track((sloc or dloc).name, sloc.state if sloc else State.ABSENT)  # type: ignore[union-attr]
+                tr.partial = sloc is not None
+            if dloc is None:  # renamed out of the message places (e.g. to a dot-name): gone
+                if not apply(tr, State.ABSENT, rec, rec["dst"]):
+                    return res
+                continue
+            at[rec["dst"]] = tr
+            if sloc is not None and sloc.box != dloc.box:
+                fail(rec, tr, f"moved between dropboxes ({sloc.box} -> {dloc.box}); a message never leaves "
+                     "its dropbox", rec["dst"])
+                return res
+            if not apply(tr, dloc.state, rec, rec["dst"]):
+                return res
+        elif op == "delete":
+            loc = locate(rec["path"])
+            if loc is None:
+                continue
+            res.events += 1
+            tr = at.pop(rec["path"], None)
+            if tr is None:
+                tr = new_track(loc.name, loc.state)
+                tr.partial = True
+            if synthetic:
+                tr.state = State.ABSENT
+                tr.partial = True
+                tr.steps.append(Step(rec["seq"], rec["t"], op, "ABSENT", None, rec["path"], "vanished unobserved"))
+                continue
+            if not apply(tr, State.ABSENT, rec, rec["path"]):
+                return res
+    res.partial = sum(1 for t in res.tracks.values() if t.partial)
+    return res
+
+
+# ------------------------------------------------------------------ TLC
+
+
+@dataclass
+class TlcOutcome:
+    status: str  # "pass" | "fail" | "inconclusive"
+    detail: str
+    first_bad: dict | None = None
+
+
+def message_excerpt(records: list[dict], box: str) -> list[dict]:
+    """The agreed-format records of one dropbox's message files (for TLC)."""
+    out = []
+    for rec in records:
+        if rec.get("kind") == "dir" or rec.get("op") not in ("create", "close_write", "rename", "delete"):
+            continue
+        paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
+        locs = [locate(p) for p in paths if p]
+        if any(loc is not None and loc.box == box for loc in locs):
+            out.append(rec)
+    return out
+
+
+def _find_validator():
+    try:
+        from dropboxmq import spec_check  # type: ignore[attr-defined]
+    except Exception as exc:  # not written yet, or its imports fail
+        return None, f"dropboxmq.spec_check is not available ({type(exc).__name__}: {exc})"
+    for name in ("validate_trace", "validate_traces", "validate_trace_file", "check_trace"):
+        fn = getattr(spec_check, name, None)
+        if callable(fn):
+            return fn, name
+    return None, "dropboxmq.spec_check has no validate_trace function yet"
+
+
+def _interpret(result: Any) -> TlcOutcome:
+    """Accept the shapes a validator may return: bool, dict, or an object with ok/status."""
+    if isinstance(result, bool):
+        return TlcOutcome("pass" if result else "fail", "TLC accepted the trace" if result else "TLC rejected it")
+    get = (result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d))
+    status = get("status")
+    ok = get("ok", get("valid", get("passed")))
+    detail = str(get("detail", get("message", get("reason", ""))) or "")
+    bad = get("first_bad", get("first_bad_event", get("counterexample")))
+    if isinstance(bad, int):
+        bad = {"index": bad}
+    if status in ("pass", "fail", "inconclusive"):
+        return TlcOutcome(status, detail, bad)
+    if ok is None:
+        return TlcOutcome("inconclusive", f"could not read the validator's answer: {result!r}"[:300])
+    return TlcOutcome("pass" if ok else "fail", detail or ("TLC accepted the trace" if ok else "TLC rejected it"), bad)
+
+
+def tlc_validate(records: list[dict], workdir: Path, box: str = "Q1/incoming",
+                 max_events: int = TLC_MAX_EVENTS) -> TlcOutcome:
+    excerpt = message_excerpt(records, box)
+    if not excerpt:
+        return TlcOutcome("inconclusive", f"no message events of {box} to validate")
+    if len(excerpt) > max_events:
+        return TlcOutcome("inconclusive", f"trace too large for TLC ({len(excerpt)} events > {max_events})")
+    fn, how = _find_validator()
+    if fn is None:
+        return TlcOutcome("inconclusive", how)
+    path = Path(workdir) / f"tlc-{box.replace('/', '_')}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in excerpt:
+            f.write(json.dumps(rec) + "\n")
+    try:
+        if how == "validate_traces":  # one TLC run for a list of traces -> a list of results
+            result = fn([path])
+            if isinstance(result, dict):
+                result = result.get(path, result.get(str(path), next(iter(result.values()), None)))
+            elif isinstance(result, (list, tuple)):
+                result = result[0] if result else None
+        else:
+            result = fn(path)
+    except Exception as exc:  # TLC missing, Java missing, spec not ready ...
+        return TlcOutcome("inconclusive", f"spec_check.{how} raised {type(exc).__name__}: {exc}"[:400])
+    return _interpret(result)

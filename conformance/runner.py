@@ -1,0 +1,175 @@
+"""Run the checks against implementations; compute verdicts and the catch rate."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import checks as C
+from . import suite
+from .checks import CHECKS, Result
+from .manifest import Manifest
+
+#: scenario -> (role it needs, function, checks it decides)
+SCENARIOS: list[tuple[str, str, Callable, list[str]]] = [
+    ("produce", "produce", suite.producer_scenario, [c.id for c in CHECKS if c.role == "produce"]),
+    ("consume-basic", "consume", suite.consumer_basic,
+     ["consumer.exit-clean", "consumer.delivers-all", "consumer.expired-not-delivered", "consumer.order",
+      "consumer.junk-tolerant", "consumer.claims-by-rename", "consumer.acked-processed"]),
+    ("consume-contention", "consume", suite.consumer_contention,
+     ["consumer.contention-exactly-once", "consumer.claims-by-rename"]),
+    ("consume-lost-race", "consume", suite.consumer_lost_race, ["consumer.lost-race"]),
+    ("consume-kill9", "consume", suite.consumer_kill9, ["consumer.kill9-recovery"]),
+    ("sessions", "adapter", suite.session_scenario, [c.id for c in CHECKS if c.role == "adapter"]),
+]
+
+
+@dataclass
+class ImplReport:
+    manifest: Manifest
+    results: list[Result] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def expect(self) -> str:
+        return self.manifest.expect
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.status == C.FAIL]
+
+    @property
+    def caught_by(self) -> list[str]:
+        return [r.check for r in self.failures]
+
+    @property
+    def ok(self) -> bool:
+        """As expected: a passing implementation failed nothing; a broken one was caught."""
+        if self.error:
+            return False
+        if self.expect == "pass":
+            return not self.failures
+        return bool(self.failures) and (not self.manifest.caught_by
+                                        or any(c in self.manifest.caught_by for c in self.caught_by))
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return "error"
+        if self.expect == "fail":
+            return "caught" if self.ok else "NOT CAUGHT"
+        if self.failures:
+            return "FAIL"
+        return "pass" if not self.count(C.INCONCLUSIVE) else "pass (with inconclusive)"
+
+
+def wanted_checks(only: list[str] | None) -> set[str] | None:
+    if not only:
+        return None
+    out: set[str] = set()
+    for pat in only:
+        hits = [c.id for c in CHECKS if c.id == pat or c.id.startswith(pat.rstrip("*").rstrip(".") + ".")
+                or (pat.endswith("*") and c.id.startswith(pat[:-1]))]
+        if not hits:
+            raise ValueError(f"no check {pat!r} (see 'dropboxmq conformance list')")
+        out.update(hits)
+    return out
+
+
+def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = True,
+             tick: Callable[[str], None] | None = None) -> ImplReport:
+    rep = ImplReport(m)
+    started = time.monotonic()
+    impl_out = out / m.name
+    shutil.rmtree(impl_out, ignore_errors=True)
+    impl_out.mkdir(parents=True)
+    scenarios = []
+    raw: dict[str, list[Result]] = {}
+    model_only = only is not None and all(c.startswith("model.") for c in only)
+    roles_run: set[str] = set()
+    try:
+        for name, role, fn, decides in SCENARIOS:
+            if only is not None and not model_only and not (set(decides) & only):
+                continue
+            if model_only and role in roles_run:  # one trace per role is enough for model checks alone
+                continue
+            if not m.has(role):
+                continue
+            roles_run.add(role)
+            if tick:
+                tick(f"{m.name}: {name}")
+            results, sc = fn(m, impl_out)
+            scenarios.append(sc)
+            for r in results:
+                raw.setdefault(r.check, []).append(r)
+        if scenarios and (only is None or any(c.startswith("model.") for c in only)):
+            for r in suite.model_results(m, scenarios, tlc=tlc):
+                raw.setdefault(r.check, []).append(r)
+        suite.downgrade_overflowed([r for rs in raw.values() for r in rs], scenarios)
+    except Exception as exc:  # a bug of ours, or an environment problem: report, never hide
+        import traceback
+
+        rep.error = f"{type(exc).__name__}: {exc}"
+        raw.setdefault("model.trace-complete", []).append(
+            C.inconclusive("model.trace-complete", "the run stopped: " + rep.error, text=traceback.format_exc()))
+    for check in CHECKS:
+        if only is not None and check.id not in only:
+            continue
+        if check.id in raw:
+            rep.results.append(C.combine(check.id, raw[check.id]))
+        else:
+            role = {"produce": "produce", "consume": "consume", "adapter": "adapter"}.get(check.role)
+            why = f"the manifest has no {role} command" if role and not m.has(role) else "not run"
+            rep.results.append(C.skipped(check.id, why))
+    rep.seconds = time.monotonic() - started
+    return rep
+
+
+@dataclass
+class RunSummary:
+    reports: list[ImplReport]
+    seconds: float
+
+    @property
+    def broken(self) -> list[ImplReport]:
+        return [r for r in self.reports if r.expect == "fail"]
+
+    @property
+    def catch_rate(self) -> float | None:
+        if not self.broken:
+            return None
+        return sum(1 for r in self.broken if r.ok) / len(self.broken)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports) and (self.catch_rate is None or self.catch_rate == 1.0)
+
+
+def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, tlc: bool = True,
+            jobs: int = 3, tick: Callable[[str], None] | None = None,
+            done: Callable[[ImplReport], None] | None = None) -> RunSummary:
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    reports: dict[str, ImplReport] = {}
+    # the slowest (the reference, with its Python start-ups) first
+    order = sorted(manifests, key=lambda m: (m.has("adapter"), m.has("consume")), reverse=True)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futs = {pool.submit(run_impl, m, out, only, tlc, tick): m for m in order}
+        for f in as_completed(futs):
+            r = f.result()
+            reports[r.name] = r
+            if done:
+                done(r)
+    return RunSummary([reports[m.name] for m in manifests], time.monotonic() - started)

@@ -1,0 +1,321 @@
+"""The conformance suite's own tests: every check against one passing and one failing
+implementation, the catch rate of the shipped broken examples, the watcher and the replay."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from inotify_simple import Event, flags
+
+from dropboxmq.conformance import checks as C
+from dropboxmq.conformance import manifest as M
+from dropboxmq.conformance import replay as R
+from dropboxmq.conformance import runner, suite
+from dropboxmq.conformance.watcher import Watcher, read_trace
+
+SHELL = M.impls_dir() / "shell"
+BROKEN = M.impls_dir() / "broken"
+
+
+def write_manifest(tmp: Path, name: str, expect: str = "fail", flags: str = "", **commands: str) -> M.Manifest:
+    body = f'name = "{name}"\nexpect = "{expect}"\n[commands]\n'
+    body += "".join(f"{role} = '''{cmd}'''\n" for role, cmd in commands.items())
+    body += "[flags]\nconsume_output = \"names\"\ntimeout = 15\n" + flags
+    p = tmp / f"{name}.toml"
+    p.write_text(body)
+    return M.load(p)
+
+
+def result(rep: runner.ImplReport, check: str) -> C.Result:
+    return next(r for r in rep.results if r.check == check)
+
+
+# ------------------------------------------------------------------ failing implementations
+
+PRODUCE = f"sh {SHELL}/produce.sh {{root}} {{queue}} {{body_dir}} {{priority}}"
+CONSUME = f"sh {SHELL}/consume.sh {{root}} {{queue}} {{client_id}}"
+SHIPPED = lambda name: M.load(BROKEN / f"{name}.toml")  # noqa: E731
+
+#: check -> a failing implementation: a shipped broken example, or (role, command) made up here
+FAILING: dict[str, object] = {
+    "producer.exit-clean": ("produce", PRODUCE + "; exit 3"),
+    "producer.enter-by-rename": "write-into-target",
+    "producer.closed-before-rename": "rename-before-close",
+    "producer.no-direct-write": "copy-instead-of-rename",
+    "producer.names-decode": ("produce", 'b={root}/{queue}/incoming; i=0; for f in {body_dir}/*; do i=$((i+1)); '
+                              'cat "$f" > $b/working/msg-$i; mv $b/working/msg-$i $b/target/msg-$i; done'),
+    "producer.bodies-complete": ("produce", 'b={root}/{queue}/incoming; i=100; for f in {body_dir}/*; do i=$((i+1)); '
+                                 'n={priority}.1700000000$i-0000000001.B; head -c 3 "$f" > $b/working/$n; '
+                                 'mv $b/working/$n $b/target/$n; done'),
+    "producer.metadata": ("produce", f"sh {SHELL}/produce.sh {{root}} {{queue}} {{body_dir}} 4"),
+    "producer.working-clean": "leaves-working",
+    "consumer.exit-clean": ("consume", CONSUME + "; exit 1"),
+    "consumer.claims-by-rename": "copy-then-delete",
+    "consumer.acked-processed": "delete-before-processing",
+    "consumer.delivers-all": ("consume", CONSUME + " | head -n 4"),
+    "consumer.junk-tolerant": ("consume", "rm -f {root}/{queue}/incoming/target/.in-progress*; " + CONSUME),
+    "consumer.expired-not-delivered": "ignores-lost-races",
+    "consumer.order": ("consume", f"sed 's/-k1,1nr/-k1,1n/' {SHELL}/consume.sh | sh -s {{root}} {{queue}} {{client_id}}"),
+    "consumer.contention-exactly-once": "ignores-lost-races",
+    "consumer.lost-race": "ignores-lost-races",
+    "consumer.kill9-recovery": "ignores-lost-races",  # claims without JMSXDeliveryCount: not redelivered
+    "model.replay": "copy-then-delete",
+}
+
+SESSION_CHECKS = [c.id for c in C.CHECKS if c.role == "adapter"]
+FILE_CHECKS = [c.id for c in C.CHECKS if c.role in ("produce", "consume")]
+
+
+def test_every_check_has_a_failing_implementation():
+    covered = set(FAILING) | set(SESSION_CHECKS) | {"model.trace-complete", "model.tlc"}
+    assert covered == set(C.BY_ID)
+
+
+@pytest.mark.parametrize("check", sorted(FAILING))
+def test_check_fails_against_a_broken_implementation(check, tmp_path):
+    how = FAILING[check]
+    if isinstance(how, str):
+        m = SHIPPED(how)
+    else:
+        role, cmd = how
+        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **{role: cmd})
+    rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
+    r = result(rep, check)
+    assert r.status == C.FAIL, (r.summary, r.evidence)
+    assert r.summary
+
+
+# ------------------------------------------------------------------ passing implementations
+
+SCENARIO_CHECKS = {name: decides for name, _role, _fn, decides in runner.SCENARIOS if _role != "adapter"}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIO_CHECKS))
+def test_shell_implementation_passes(scenario, tmp_path):
+    m = M.load(SHELL / "shell.toml")
+    only = set(SCENARIO_CHECKS[scenario]) | {"model.trace-complete", "model.replay"}
+    rep = runner.run_impl(m, tmp_path, only=only, tlc=False)
+    assert rep.error is None
+    for check in only:
+        r = result(rep, check)
+        assert r.status == C.PASS, (check, r.summary, r.evidence)
+
+
+def test_reference_sessions_pass(tmp_path):
+    m = M.load(M.impls_dir() / "reference" / "reference.toml")
+    rep = runner.run_impl(m, tmp_path, only=set(SESSION_CHECKS) | {"model.replay"}, tlc=False)
+    for check in SESSION_CHECKS + ["model.replay"]:
+        r = result(rep, check)
+        assert r.status == C.PASS, (check, r.summary, r.evidence)
+
+
+BROKEN_ADAPTER = textwrap.dedent('''
+    import os, sys
+    from dropboxmq.conformance import reference_adapter as ra
+    MODE = os.environ["BROKEN_MODE"]
+
+    class Broken(ra.Adapter):
+        def op_session(self, req):
+            if MODE == "auto-ack" and req.get("ack_mode") == "auto":
+                req = dict(req, ack_mode="client")
+            return super().op_session(req)
+        def op_acknowledge(self, req):
+            if MODE == "client-ack-all":
+                s = self._session(req)
+                s._ack(s._unacked[-1:]); s._unacked = s._unacked[:-1]
+                return {}
+            return super().op_acknowledge(req)
+        def op_recover(self, req):
+            return {} if MODE == "recover" else super().op_recover(req)
+        def op_send(self, req):
+            out = super().op_send(req)
+            if MODE == "transacted-send" and self._session(req).transacted:
+                self._session(req).commit()
+            return out
+        def op_rollback(self, req):
+            return self.op_commit(req) if MODE == "transacted-receive" else super().op_rollback(req)
+        def op_close_session(self, req):
+            if MODE == "close-rolls-back":
+                self._session(req).commit()
+            return super().op_close_session(req)
+        def op_subscribe(self, req):
+            if MODE == "durable-subscription":
+                req = dict(req, durable=False)
+            if MODE == "shared-subscription":
+                req = dict(req, shared=False, durable=False)
+            return super().op_subscribe(req)
+        def op_receive(self, req):
+            if MODE == "selector":
+                req = dict(req, selector=None)
+            return super().op_receive(req)
+
+    ra.Adapter = Broken
+    sys.exit(ra.main())
+''')
+
+
+@pytest.mark.parametrize("check", SESSION_CHECKS)
+def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
+    script = tmp_path / "broken_adapter.py"
+    script.write_text(BROKEN_ADAPTER)
+    m = write_manifest(tmp_path, "broken-adapter", adapter=f"{{python}} {script} {{root}} {{client_id}}")
+    m.env["BROKEN_MODE"] = check.split(".", 1)[1]
+    rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
+    r = result(rep, check)
+    assert r.status == C.FAIL, (r.summary, r.evidence)
+
+
+# ------------------------------------------------------------------ the catch rate
+
+
+def test_catch_rate_of_the_shipped_broken_examples_is_100_percent(tmp_path):
+    manifests = [M.load(p) for p in M.default_manifests() if M.load(p).expect == "fail"]
+    assert len(manifests) >= 7
+    summary = runner.run_all(manifests, tmp_path, tlc=False, jobs=4)
+    assert summary.catch_rate == 1.0, {r.name: (r.verdict, r.caught_by) for r in summary.reports}
+    for rep in summary.reports:
+        assert set(rep.manifest.caught_by) <= set(rep.caught_by), (rep.name, rep.caught_by)
+
+
+def test_catch_rate_below_100_percent_fails_the_run(tmp_path):
+    m = write_manifest(tmp_path, "not-really-broken", produce=PRODUCE)
+    summary = runner.run_all([m], tmp_path / "out", only={"producer.working-clean"}, tlc=False)
+    assert summary.catch_rate == 0.0 and not summary.ok
+    assert summary.reports[0].verdict == "NOT CAUGHT"
+
+
+# ------------------------------------------------------------------ the watcher
+
+
+def test_watcher_pairs_renames_by_cookie_and_follows_new_directories(tmp_path):
+    root = tmp_path / "root"
+    (root / "Q1" / "incoming" / "working").mkdir(parents=True)
+    (root / "Q1" / "incoming" / "target").mkdir(parents=True)
+    with Watcher(root, tmp_path / "trace.jsonl") as w:
+        p = root / "Q1/incoming/working/4.1000-1.T"
+        p.write_bytes(b"x")
+        os.rename(p, root / "Q1/incoming/target/4.1000-1.T")
+        (root / "Q2/incoming/working").mkdir(parents=True)  # new directories get watches
+        (root / "Q2/incoming/working/m").write_bytes(b"y")
+        os.unlink(root / "Q1/incoming/target/4.1000-1.T")
+    recs = read_trace(tmp_path / "trace.jsonl")
+    assert recs == w.records
+    ops = [(r["op"], r.get("path") or (r["src"], r["dst"])) for r in recs if r.get("kind") != "dir"]
+    assert ops[:4] == [
+        ("create", "Q1/incoming/working/4.1000-1.T"),
+        ("close_write", "Q1/incoming/working/4.1000-1.T"),
+        ("rename", ("Q1/incoming/working/4.1000-1.T", "Q1/incoming/target/4.1000-1.T")),
+        ("create", "Q2/incoming/working/m"),
+    ]
+    assert ("delete", "Q1/incoming/target/4.1000-1.T") in ops
+    assert not w.overflowed and not w.gaps
+
+
+def test_watcher_pairs_injected_moves_and_reports_unpaired_ones(tmp_path):
+    (tmp_path / "a").mkdir()
+    w = Watcher(tmp_path, start_thread=False).start()
+    wd = w._path_wd[str(tmp_path / "a")]
+    w.inject([Event(wd, flags.MOVED_FROM, 7, "x"), Event(wd, flags.MOVED_TO, 7, "y")])
+    w.inject([Event(wd, flags.MOVED_FROM, 9, "z")])
+    w.inject([Event(wd, flags.CREATE, 0, "n")])  # the MOVED_TO of cookie 9 never came
+    w.stop()
+    assert {"op": "rename", "src": "a/x", "dst": "a/y"}.items() <= w.records[0].items()
+    assert w.records[1]["op"] == "delete" and w.records[1]["moved_out"] and w.records[1]["path"] == "a/z"
+
+
+def test_watcher_reports_overflow_and_the_run_is_inconclusive(tmp_path):
+    m = M.load(SHELL / "shell.toml")
+    sc = suite.Scenario("produce", tmp_path / "sc", m)
+    sc.watcher._start_thread = False
+    sc.watcher.start()
+    sc.watcher.inject([Event(-1, flags.Q_OVERFLOW, 0, "")])
+    sc.close()
+    assert sc.watcher.overflowed
+    assert any(r["op"] == "overflow" for r in read_trace(sc.dir / "trace.jsonl"))
+    model = {r.check: r for r in suite.model_results(m, [sc], tlc=False)}
+    assert model["model.trace-complete"].status == C.INCONCLUSIVE
+    results = [C.passed("producer.exit-clean", "ok", scenario="produce")]
+    suite.downgrade_overflowed(results, [sc])
+    assert results[0].status == C.INCONCLUSIVE  # never passed
+
+
+# ------------------------------------------------------------------ replay
+
+
+def _life(name="4.1000-1.T", box="Q1/incoming"):
+    return [
+        {"op": "create", "path": f"{box}/working/{name}"},
+        {"op": "close_write", "path": f"{box}/working/{name}"},
+        {"op": "rename", "src": f"{box}/working/{name}", "dst": f"{box}/target/{name}"},
+        {"op": "rename", "src": f"{box}/target/{name}", "dst": f"{box}/processing/c~{name}"},
+        {"op": "rename", "src": f"{box}/processing/c~{name}", "dst": f"{box}/processed/c~{name}"},
+    ]
+
+
+def _seq(recs):
+    return [{"seq": i, "t": i / 1000, **r} for i, r in enumerate(recs)]
+
+
+def test_replay_accepts_a_legal_life():
+    res = R.replay(_seq(_life()))
+    assert res.ok and res.events == 4
+    (track,) = res.tracks.values()
+    assert [s.move for s in track.steps if s.move] == ["Create", "Send", "Claim", "Ack"]
+
+
+def test_replay_rejects_an_illegal_move_with_the_first_bad_event():
+    recs = _life()
+    recs.insert(3, {"op": "create", "path": "Q1/incoming/processing/c~copy"})  # a copy, not a claim
+    recs.append({"op": "create", "path": "Q1/incoming/target/direct"})  # a second violation
+    res = R.replay(_seq(recs))
+    assert not res.ok
+    assert res.violation.seq == 3
+    assert "CREATE" in res.violation.reason or "ABSENT" in res.violation.reason
+    assert res.violation.timeline[-1]["state"] == "ILLEGAL"
+
+
+def test_replay_rejects_skipping_processing_and_deleting_in_flight():
+    bad = _life()[:3] + [{"op": "rename", "src": "Q1/incoming/target/4.1000-1.T",
+                           "dst": "Q1/incoming/processed/4.1000-1.T"}]
+    assert R.replay(_seq(bad)).violation.seq == 3
+    gone = _life()[:4] + [{"op": "delete", "path": "Q1/incoming/processing/c~4.1000-1.T"}]
+    assert R.replay(_seq(gone)).violation.seq == 4
+    assert R.replay(_seq(gone), ack_removes=True).ok  # the manifest says: ack = delete
+
+
+def test_replay_ignores_directories_dotfiles_and_internal_files():
+    recs = [{"op": "create", "path": "Q1/incoming/target", "kind": "dir"},
+            {"op": "create", "path": "Q1/incoming/target/.wip"},
+            {"op": "create", "path": "dropboxmq/clients/c1"},
+            {"op": "rename", "src": "topic-root/T/.subscriptions/s", "dst": "topic-root/T/.subscriptions/.deleted-1",
+             "kind": "dir"}]
+    assert R.replay(_seq(recs)).ok
+
+
+def test_tlc_is_inconclusive_without_a_validator_and_reads_its_verdicts(tmp_path, monkeypatch):
+    recs = _seq(_life())
+    monkeypatch.setattr(R, "_find_validator", lambda: (None, "not available"))
+    assert R.tlc_validate(recs, tmp_path).status == "inconclusive"
+    monkeypatch.setattr(R, "_find_validator", lambda: (lambda p: {"ok": True}, "validate_trace"))
+    assert R.tlc_validate(recs, tmp_path).status == "pass"
+    monkeypatch.setattr(R, "_find_validator", lambda: (lambda p: {"ok": False, "first_bad_event": 3},
+                                                       "validate_trace"))
+    out = R.tlc_validate(recs, tmp_path)
+    assert out.status == "fail" and out.first_bad == {"index": 3}
+    assert R.tlc_validate(recs, tmp_path, max_events=2).status == "inconclusive"  # too large for TLC
+
+
+def test_manifests_load_and_fill_placeholders(tmp_path):
+    for p in M.default_manifests():
+        M.load(p)
+    m = write_manifest(tmp_path, "x", expect="pass", produce="echo {root} {queue} ${HOME}")
+    assert m.command("produce", root="/a b", queue="Q1") == "echo '/a b' Q1 ${HOME}"
+    with pytest.raises(M.ManifestError):
+        m.command("produce", root="/r")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "b"\n[commands]\nfly = "x"\n')
+    with pytest.raises(M.ManifestError):
+        M.load(bad)
