@@ -166,29 +166,40 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
         console.print(Text(f"initialised {root}"), soft_wrap=True)
 
 
+def _send_options(f):
+    """The options shared by `send` (queues) and `publish` (topics)."""
+    for option in reversed([
+        click.argument("body", required=False),
+        click.option("-f", "--file", "body_file", type=click.File("rb"),
+                     help="Read the body from a file ('-' = stdin)."),
+        click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1),
+                     help="Send the body this many times (ids are printed below 1000, a summary above)."),
+        click.option("--bytes", "as_bytes", is_flag=True,
+                     help="Send a BytesMessage (default: a TextMessage, UTF-8 body)."),
+        click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
+                     help="JMSPriority, 0 (lowest) to 9; higher priorities are delivered first."),
+        click.option("--ttl", type=click.FloatRange(0), default=0, help="Time to live in seconds (0 = never expires)."),
+        click.option("--delay", type=click.FloatRange(0), default=0, help="Delivery delay in seconds."),
+        click.option("--non-persistent", is_flag=True,
+                     help="NON_PERSISTENT: skip the fsyncs (faster; lost in a power cut)."),
+        click.option("--correlation-id", help="JMSCorrelationID header."),
+        click.option("--type", "jms_type", help="JMSType header."),
+        click.option("--reply-to", metavar="QUEUE", help="Queue name for JMSReplyTo."),
+        click.option("--property", "properties", multiple=True, metavar="NAME=VALUE[:TYPE]",
+                     help="A message property (repeatable); TYPE: boolean byte short int long float double "
+                          "string (default)."),
+        click.option("--transacted", is_flag=True,
+                     help="Send all COUNT messages in one transaction (all or nothing)."),
+        click.option("--client-id", help="Client id to register (default: generated)."),
+    ]):
+        f = option(f)
+    return click.pass_context(f)
+
+
 @main.command()
 @click.argument("queue")
-@click.argument("body", required=False)
-@click.option("-f", "--file", "body_file", type=click.File("rb"), help="Read the body from a file ('-' = stdin).")
-@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1),
-              help="Send the body this many times (ids are printed below 1000, a summary above).")
-@click.option("--bytes", "as_bytes", is_flag=True, help="Send a BytesMessage (default: a TextMessage, UTF-8 body).")
-@click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
-              help="JMSPriority, 0 (lowest) to 9; higher priorities are delivered first.")
-@click.option("--ttl", type=click.FloatRange(0), default=0, help="Time to live in seconds (0 = never expires).")
-@click.option("--delay", type=click.FloatRange(0), default=0, help="Delivery delay in seconds.")
-@click.option("--non-persistent", is_flag=True, help="NON_PERSISTENT: skip the fsyncs (faster; lost in a power cut).")
-@click.option("--correlation-id", help="JMSCorrelationID header.")
-@click.option("--type", "jms_type", help="JMSType header.")
-@click.option("--reply-to", metavar="QUEUE", help="Queue name for JMSReplyTo.")
-@click.option("--property", "properties", multiple=True, metavar="NAME=VALUE[:TYPE]",
-              help="A message property (repeatable); TYPE: boolean byte short int long float double "
-                   "string (default).")
-@click.option("--transacted", is_flag=True, help="Send all COUNT messages in one transaction (all or nothing).")
-@click.option("--client-id", help="Client id to register (default: generated).")
-@click.pass_context
-def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non_persistent, correlation_id,
-         jms_type, reply_to, properties, transacted, client_id) -> None:
+@_send_options
+def send(ctx, queue, **options) -> None:
     """Send a message to QUEUE; prints each message id.  The body is BODY, or the
     contents of --file, or standard input when neither is given.
 
@@ -198,13 +209,34 @@ def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non
       dropboxmq send images --bytes --file cat.png --ttl 3600
       seq 10 | dropboxmq send numbers
     """
+    _send(ctx, Queue(queue), **options)
+
+
+@main.command()
+@click.argument("topic")
+@_send_options
+def publish(ctx, topic, **options) -> None:
+    """Publish a message on TOPIC: one copy goes to every matching subscription of the
+    topic and of every ancestor topic (a.b.c also reaches a.b and a).  Without
+    subscriptions the message goes nowhere, as JMS says.
+
+    \b
+    Examples:
+      dropboxmq publish news.sport 'goal' --property team=red
+    """
+    from .message import Topic
+
+    _send(ctx, Topic(topic), **options)
+
+
+def _send(ctx, dest, body, body_file, count, as_bytes, priority, ttl, delay, non_persistent, correlation_id,
+          jms_type, reply_to, properties, transacted, client_id) -> None:
     from rich.progress import track
 
     from .message import BytesMessage, TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")
-    dest = Queue(queue)
     reply = Queue(reply_to) if reply_to else None
     props = [_parse_property(p) for p in properties]
     if body is not None:
@@ -226,7 +258,7 @@ def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non
         producer = session.create_producer(dest)
         items = range(count)
         if count >= 1000:
-            items = track(items, description=f"sending to {queue}", console=err_console)
+            items = track(items, description=f"sending to {dest.name}", console=err_console)
         for _ in items:
             msg = BytesMessage(body=data) if as_bytes else TextMessage(body=data)
             msg.correlation_id, msg.jms_type, msg.reply_to = correlation_id, jms_type, reply
@@ -243,7 +275,7 @@ def send(ctx, queue, body, body_file, count, as_bytes, priority, ttl, delay, non
             for mid in ids:
                 click.echo(mid)
         if count >= 1000:
-            click.echo(f"sent {count} messages to {queue}")
+            click.echo(f"sent {count} messages to {dest.name}")
 
 
 def _json_value(v):
@@ -317,13 +349,19 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) 
       dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
       dropboxmq receive orders --timeout 30      # wait up to 30 s
     """
-    mode = ACK_MODES[ack_mode]
     dest = Queue(queue)
     _check_selector(selector)
+    _consume(ctx, client_id, ack_mode, count, timeout, as_json, f"no message in {queue}",
+             lambda session: session.create_consumer(dest, selector))
+
+
+def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer) -> None:
+    """The receive loop shared by `receive` and `subscribe`."""
+    mode = ACK_MODES[ack_mode]
     got = 0
     with _connect(ctx, client_id) as conn:
         session = conn.create_session(transacted=mode == 0, ack_mode=mode or 1)
-        consumer = session.create_consumer(dest, selector)
+        consumer = make_consumer(session)
         while count == 0 or got < count:
             msg = consumer.receive(timeout)
             if msg is None:
@@ -337,8 +375,96 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) 
             session.acknowledge()
     if got == 0 and count != 0:
         if not as_json:
-            err_console.print(Text(f"no message in {queue}"), soft_wrap=True)
+            err_console.print(Text(nothing), soft_wrap=True)
         sys.exit(3)
+
+
+@main.command()
+@click.argument("topic")
+@click.option("--durable", "durable_name", metavar="NAME",
+              help="A durable subscription called NAME: keeps messages while nobody listens "
+                   "(unshared durable subscriptions need --client-id).")
+@click.option("--shared", is_flag=True, help="Share the subscription: consumers compete, each message "
+              "goes to one of them.  Needs --durable NAME or --name NAME.")
+@click.option("--name", "shared_name", metavar="NAME", help="Name of a shared non-durable subscription.")
+@click.option("--selector", help="JMS message selector, applied when messages are published.")
+@click.option("--no-local", is_flag=True, help="Skip messages published with the same client id.")
+@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(0),
+              help="Messages to receive (0 = until none arrives within --timeout).")
+@click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds to wait for each message (a non-durable subscription only sees what is "
+                   "published while it waits).")
+@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message.")
+@click.option("--client-id", help="Client id (required by unshared durable subscriptions).")
+@click.pass_context
+def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local, count, timeout, ack_mode,
+              as_json, client_id) -> None:
+    """Subscribe to TOPIC and print the messages received.  Exit status 3 when none arrived.
+
+    \b
+    Examples:
+      dropboxmq subscribe news.sport --durable scores --client-id board -n 0
+      dropboxmq subscribe jobs --shared --durable workers -n 10 --timeout 5
+      dropboxmq subscribe news --selector "team = 'red'" --timeout 60
+    """
+    from .message import Topic
+
+    dest = Topic(topic)
+    _check_selector(selector)
+    if shared and not (durable_name or shared_name):
+        raise click.UsageError("--shared needs --durable NAME or --name NAME")
+    if shared_name and not shared:
+        raise click.UsageError("--name names a shared subscription: add --shared")
+    if shared and no_local:
+        raise click.UsageError("shared subscriptions have no --no-local (JMS 2.0)")
+    if durable_name and not shared and not client_id:
+        raise click.UsageError("an unshared durable subscription needs --client-id")
+
+    def make(session):
+        if shared and durable_name:
+            return session.create_shared_durable_consumer(dest, durable_name, selector)
+        if shared:
+            return session.create_shared_consumer(dest, shared_name, selector)
+        if durable_name:
+            return session.create_durable_consumer(dest, durable_name, selector, no_local)
+        return session.create_consumer(dest, selector, no_local)
+
+    _consume(ctx, client_id, ack_mode, count, timeout, as_json, f"no message on {topic}", make)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--client-id", help="The client id the durable subscription was made with.")
+@click.pass_context
+def unsubscribe(ctx, name, client_id) -> None:
+    """Remove the durable subscription NAME (shared or not) and its messages.
+    Fails while it has an active consumer."""
+    _require_root(ctx)
+    with _connect(ctx, client_id) as conn:
+        conn.create_session().unsubscribe(name)
+    click.echo(f"unsubscribed {name}")
+
+
+@main.command()
+@click.option("--follow", is_flag=True, help="Keep distributing until interrupted (Ctrl-C).")
+@click.option("--client-id", help="Client id of this distributor (default: generated).")
+@click.pass_context
+def distribute(ctx, follow, client_id) -> None:
+    """Fan out files that other programs dropped into a topic's .incoming/target/ to
+    every matching subscription, each exactly once (several distributors may run)."""
+    from .distributor import distribute as run_distributor
+
+    root = _require_root(ctx)
+
+    def show(topic, name, copies):
+        click.echo(f"{topic.name}: {name} -> {copies} subscription(s)")
+
+    try:
+        total = run_distributor(root, follow=follow, client_id=client_id, on_file=show)
+    except KeyboardInterrupt:
+        return
+    click.echo(f"distributed {total} file(s)")
 
 
 @main.command()
