@@ -35,6 +35,7 @@ class Registration:
         except Exception as exc:
             raise InvalidClientIDError(str(exc)) from None
         self.client_id = client_id
+        self.root = Path(root)
         self.path = registration_path(root, client_id)
         os.makedirs(self.path.parent, exist_ok=True)
         while True:
@@ -62,12 +63,24 @@ class Registration:
     def release(self) -> None:
         if self._fd is None:
             return
-        try:
-            os.unlink(self.path)  # while still holding the lock: see the inode check above
-        except FileNotFoundError:
-            pass
+        if not _owns_pending_logs(self.root, self.client_id):
+            try:
+                os.unlink(self.path)  # while still holding the lock: see the inode check above
+            except FileNotFoundError:
+                pass
+        # else keep the file: with the lock gone the owner reads as dead, so recovery
+        # finishes the transaction (e.g. a commit that failed past its point of no return)
         os.close(self._fd)
         self._fd = None
+
+
+def _owns_pending_logs(root: Path, client_id: str) -> bool:
+    from .transaction import log_owner, pending_logs
+
+    try:
+        return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
+    except OSError:
+        return True  # cannot tell: keep the registration, the safe side
 
 
 def liveness(root: Path, client_id: str) -> str:

@@ -1,0 +1,50 @@
+"""Shared fixtures and helpers for the dropboxmq test suite."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dropboxmq.session import Settings
+
+#: Fast polling for tests: nothing here waits on a fixed sleep, but receive(timeout)
+#: and listeners poll, so short intervals keep the suite quick.
+FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A fresh dropbox root per test."""
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def fast() -> Settings:
+    return FAST
+
+
+def state_dir(root: Path, queue: str, state: str) -> Path:
+    return Path(root) / queue / "incoming" / state
+
+
+def ls(root: Path, queue: str, state: str, *, dot: bool = False) -> list[str]:
+    """Names in one state directory of a queue (sorted; [] if it does not exist)."""
+    try:
+        names = os.listdir(state_dir(root, queue, state))
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if dot or not n.startswith("."))
+
+
+def counts(root: Path, queue: str) -> dict[str, int]:
+    return {s: len(ls(root, queue, s)) for s in
+            ("working", "target", "processing", "processed", "expired", "error")}
+
+
+def fork_context():
+    """A ``multiprocess`` fork context (children inherit closures, no pickling)."""
+    import multiprocess
+
+    return multiprocess.get_context("fork")

@@ -1,0 +1,294 @@
+"""Error paths of the store: disk full, permission denied, short writes, failing renames."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from dropboxmq import store
+from dropboxmq.errors import StoreError
+from dropboxmq.lifecycle import Move, State
+from dropboxmq.message import Queue, TextMessage
+from dropboxmq.session import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq.store import Dropbox
+from conftest import FAST, counts, ls
+
+Q = Queue("Q1")
+NAME = "4.1140429201295000-9262574723.T"
+
+
+class FakeOs:
+    """``os`` for the store module, with some functions replaced (real ``os`` elsewhere)."""
+
+    def __init__(self, **overrides):
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
+def oserror(code: int, path: str = "") -> OSError:
+    return OSError(code, os.strerror(code), path)
+
+
+def failing(code: int):
+    def fail(*args, **kwargs):
+        raise oserror(code, str(args[0]) if args else "")
+
+    return fail
+
+
+# ================================================================ disk full during send
+
+
+def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
+    """A real (fake) file system with a tiny disk: the write fails with ENOSPC."""
+    monkeypatch.setattr(store, "_noreplace_supported", False)  # no renameat2 in pyfakefs
+    root = "/data/root"
+    box = Dropbox(root + "/Q1/incoming").ensure()
+    fs.set_disk_usage(1000, path="/data")
+    with pytest.raises(StoreError, match="no space"):
+        box.create(NAME, b"x" * 5000, durable=True)
+    assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == []
+    box.create(NAME, b"small", durable=True)  # the store still works once data fits
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.list(State.NEW) == [NAME] and box.read(State.NEW, NAME) == b"small"
+
+
+def test_disk_full_during_send_pyfakefs_through_the_api(fs, monkeypatch):
+    monkeypatch.setattr(store, "_noreplace_supported", False)
+    root = "/data/root"
+    os.makedirs(root)
+    fs.set_disk_usage(4000, path="/data")
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        with pytest.raises(StoreError, match="no space"):
+            p.send(TextMessage(body=b"x" * 10_000))
+        assert ls(root, "Q1", "target") == [] and ls(root, "Q1", "working") == []
+        p.send(TextMessage(body=b"fits"))
+        assert c.create_session().create_consumer(Q).receive(1).text == "fits"
+
+
+def test_disk_full_during_send_injected(root, monkeypatch):
+    """ENOSPC after a partial write on the real file system: no torn file anywhere."""
+    calls = []
+
+    def write(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return os.write(fd, bytes(data[:10]))
+        raise oserror(errno.ENOSPC)
+
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        monkeypatch.setattr(store, "os", FakeOs(write=write))
+        with pytest.raises(StoreError, match="no space left on device"):
+            p.send(TextMessage(body=b"y" * 100))
+        monkeypatch.undo()
+        assert len(calls) == 2
+        assert ls(root, "Q1", "target") == [] and ls(root, "Q1", "working") == []
+        assert c.create_session().create_consumer(Q).receive(0.05) is None
+
+
+def test_disk_full_in_transacted_send(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session(transacted=True)
+        p = s.create_producer(Q)
+        p.send(TextMessage(body=b"ok"))
+        monkeypatch.setattr(store, "os", FakeOs(write=failing(errno.ENOSPC)))
+        with pytest.raises(StoreError, match="no space"):
+            p.send(TextMessage(body=b"fails"))
+        monkeypatch.undo()
+        s.rollback()
+        assert counts(root, "Q1")["working"] == 0 and counts(root, "Q1")["target"] == 0
+
+
+def test_fsync_failure_fails_the_send(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        monkeypatch.setattr(store, "os", FakeOs(fsync=failing(errno.EIO)))
+        with pytest.raises(StoreError, match="input/output error"):
+            p.send(TextMessage(body=b"x"))
+        monkeypatch.undo()
+        assert ls(root, "Q1", "target") == [] and ls(root, "Q1", "working") == []
+
+
+# ================================================================ permission denied
+
+
+def test_permission_denied_on_create(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        monkeypatch.setattr(store, "os", FakeOs(open=failing(errno.EACCES)))
+        with pytest.raises(StoreError, match="permission denied") as info:
+            p.send(TextMessage(body=b"x"))
+        monkeypatch.undo()
+        assert "working" in str(info.value)
+        assert ls(root, "Q1", "target") == [] and ls(root, "Q1", "working") == []
+
+
+def test_permission_denied_pyfakefs(fs, monkeypatch):
+    """A read-only working/ for a non-root user (pyfakefs emulates the permission check)."""
+    monkeypatch.setattr(store, "_noreplace_supported", False)
+    box = Dropbox("/data/root/Q1/incoming").ensure()
+    fs.chmod(box.dir(State.NOT_COMMITTED), 0o555)
+    from pyfakefs.helpers import set_uid
+
+    set_uid(1000)
+    with pytest.raises(StoreError, match="permission denied"):
+        box.create(NAME, b"x", durable=True)
+    assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == []
+
+
+# ================================================================ short writes
+
+
+def test_short_writes_still_produce_full_files(root, monkeypatch):
+    sizes = []
+
+    def write(fd, data):
+        chunk = bytes(data[:7])  # the kernel may write less than asked
+        sizes.append(len(data))
+        return os.write(fd, chunk)
+
+    body = bytes(range(256)) * 4
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        monkeypatch.setattr(store, "os", FakeOs(write=write))
+        p.send(TextMessage(body=body))
+        monkeypatch.undo()
+        assert len(sizes) == -(-len(body) // 7)
+        assert c.create_session().create_consumer(Q).receive(1).body == body
+
+
+# ================================================================ failing renames
+
+
+def test_failing_rename_during_send_discards_the_working_file(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        monkeypatch.setattr(store, "rename_noreplace", failing(errno.EIO))
+        with pytest.raises(StoreError, match="input/output error"):
+            p.send(TextMessage(body=b"x"))
+        monkeypatch.undo()
+        assert ls(root, "Q1", "target") == [] and ls(root, "Q1", "working") == []
+
+
+def test_send_never_replaces_an_existing_target_name(root):
+    box = Dropbox(root / "Q1" / "incoming").ensure()
+    (root / "Q1" / "incoming" / "target" / NAME).write_bytes(b"first")
+    box.create(NAME, b"second", durable=False)
+    with pytest.raises(StoreError, match="already exists"):
+        box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    assert box.read(State.NEW, NAME) == b"first"
+    assert box.list(State.NOT_COMMITTED) == [NAME]
+
+
+def test_rename_fallback_without_renameat2(root, monkeypatch):
+    monkeypatch.setattr(store, "_noreplace_supported", False)
+    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box.create(NAME, b"x", durable=True)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
+    box.create(NAME, b"dup", durable=False)
+    with pytest.raises(StoreError, match="already exists"):
+        box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    assert box.read(State.NEW, NAME) == b"x"
+
+
+def _enospc_for(move_name: str, real):
+    """rename_noreplace that fails with ENOSPC when the destination is ``move_name``/."""
+
+    def rename(src, dst):
+        if f"/{move_name}/" in dst:
+            raise oserror(errno.ENOSPC, dst)
+        return real(src, dst)
+
+    return rename
+
+
+def test_enospc_on_claim_surfaces_and_loses_nothing(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session()
+        s.create_producer(Q).send(TextMessage(body=b"x"))
+        box = Dropbox(root / "Q1" / "incoming")
+        [name] = box.list(State.NEW)
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processing", store.rename_noreplace))
+        with pytest.raises(StoreError, match="no space"):
+            box.move(Move.CLAIM, State.NEW, name, "a~" + name)
+        cons = s.create_consumer(Q)
+        with pytest.raises(StoreError, match="no space"):
+            cons.receive(0.05)
+        assert ls(root, "Q1", "target") == [name] and ls(root, "Q1", "processing") == []
+        monkeypatch.undo()  # space is back: the same consumer gets the message
+        assert cons.receive(1).text == "x"
+    assert len(ls(root, "Q1", "processed")) == 1
+
+
+def test_enospc_on_client_ack_surfaces_and_loses_nothing(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        p = s.create_producer(Q)
+        p.send(TextMessage(body=b"1"))
+        p.send(TextMessage(body=b"2"))
+        cons = s.create_consumer(Q)
+        m = cons.receive(1)
+        assert cons.receive(1) is not None
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
+        with pytest.raises(StoreError, match="no space"):
+            m.acknowledge()
+        assert len(ls(root, "Q1", "processing")) == 2 and ls(root, "Q1", "processed") == []
+        monkeypatch.undo()
+        m.acknowledge()  # retried: every consumed message is acked
+        assert len(ls(root, "Q1", "processed")) == 2 and ls(root, "Q1", "processing") == []
+
+
+def test_enospc_on_auto_ack_surfaces_and_loses_nothing(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session(ack_mode=AUTO_ACKNOWLEDGE)
+        s.create_producer(Q).send(TextMessage(body=b"x"))
+        cons = s.create_consumer(Q)
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
+        with pytest.raises(StoreError, match="no space"):
+            cons.receive(1)
+        monkeypatch.undo()
+        assert ls(root, "Q1", "processed") == []
+        assert len(ls(root, "Q1", "target")) + len(ls(root, "Q1", "processing")) == 1
+        m = cons.receive(1)  # not lost: the application never got it, so it comes again
+        assert m is not None and m.text == "x"
+    assert len(ls(root, "Q1", "processed")) == 1 and ls(root, "Q1", "processing") == []
+
+
+def test_enospc_on_transacted_commit_keeps_messages(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        c.create_session().create_producer(Q).send(TextMessage(body=b"x"))
+        s = c.create_session(transacted=True)
+        assert s.create_consumer(Q).receive(1) is not None
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
+        with pytest.raises(StoreError, match="no space"):
+            s.commit()
+        monkeypatch.undo()
+        assert len(ls(root, "Q1", "processing")) + len(ls(root, "Q1", "processed")) == 1
+
+
+def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root, monkeypatch):
+    """ENOSPC while applying a commit: the log stays in committing/; once the owner's
+    connection is gone (even closed cleanly), recovery rolls it forward."""
+    from dropboxmq import recovery, transaction
+
+    with Connection(root, "a", FAST) as c:
+        c.create_session().create_producer(Q).send(TextMessage(body=b"received"))
+        s = c.create_session(transacted=True)
+        assert s.create_consumer(Q).receive(1) is not None
+        s.create_producer(Q).send(TextMessage(body=b"sent"))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
+        with pytest.raises(StoreError, match="no space"):
+            s.commit()
+        monkeypatch.undo()
+        assert len(os.listdir(transaction.transaction_dir(root) / "committing")) == 1
+    report = recovery.recover(root)
+    assert report.transactions == {"rolled forward": 1}
+    assert len(ls(root, "Q1", "processed")) == 1 and ls(root, "Q1", "processing") == []
+    assert len(ls(root, "Q1", "target")) == 1 and ls(root, "Q1", "working") == []

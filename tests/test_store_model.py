@@ -1,0 +1,184 @@
+"""The real store (``store.Dropbox`` on a temp dir) against an in-memory model of the
+lifecycle table: the model knows nothing but ``lifecycle.TRANSITIONS`` / ``next_state``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dropboxmq import lifecycle
+from dropboxmq.errors import StoreError
+from dropboxmq.lifecycle import STATE_DIRS, TRANSITIONS, IllegalMove, Move, State, next_state
+from dropboxmq.store import Dropbox
+
+MESSAGES = [f"4.11404292012950{i:02d}-926257472{i}.T" for i in range(4)]
+CLAIMERS = ["alpha", "beta"]
+ALL_MOVES = list(Move)
+ALL_STATES = list(State)
+
+messages = st.sampled_from(MESSAGES)
+
+
+def pname(claimer: str, name: str) -> str:
+    return f"{claimer}~{name}"
+
+
+class StoreModel(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self._tmp = tempfile.TemporaryDirectory(prefix="dropbox-model-")
+        self.box = Dropbox(Path(self._tmp.name) / "Q" / "incoming").ensure()
+        # the model: message -> (state, file name); ABSENT messages have no file
+        self.model: dict[str, tuple[State, str]] = {m: (State.ABSENT, m) for m in MESSAGES}
+
+    def teardown(self):
+        self._tmp.cleanup()
+
+    # --- helpers
+    def disk(self) -> dict[tuple[str, str], bytes]:
+        """Every file of the dropbox: (directory, name) -> content."""
+        out = {}
+        for d in STATE_DIRS:
+            for n in os.listdir(self.box.path / d):
+                out[(d, n)] = (self.box.path / d / n).read_bytes()
+        return out
+
+    def source_name(self, message: str, source: State) -> str:
+        """The name a mover would use for ``message`` in ``source`` (its current name when
+        the model puts it there, else the name it would have had)."""
+        state, name = self.model[message]
+        if state is source:
+            return name
+        return pname(CLAIMERS[0], message) if source is State.DELIVERED else message
+
+    def new_name(self, message: str, move: Move, claimer: str) -> str | None:
+        if move is Move.CLAIM:
+            return pname(claimer, message)
+        if move is Move.REDELIVER:
+            return message
+        return None
+
+    def apply(self, message: str, move: Move, source: State, claimer: str) -> None:
+        """Run one Dropbox.move and check it against the table and the model."""
+        before = self.disk()
+        name = self.source_name(message, source)
+        new = self.new_name(message, move, claimer)
+        if move not in TRANSITIONS[source] or source is State.ABSENT:
+            # CREATE is Dropbox.create, not a rename: Dropbox.move has no move out of ABSENT
+            with pytest.raises(IllegalMove):
+                self.box.move(move, source, name, new)
+            assert self.disk() == before, "an illegal move changed the disk"
+            return
+        ok = self.box.move(move, source, name, new)
+        state, _ = self.model[message]
+        if state is not source:
+            assert ok is False, f"{move.name} from {source.name} succeeded but the model has {state.name}"
+            assert self.disk() == before, "a lost race changed the disk"
+            return
+        assert ok is True
+        dest = next_state(source, move)
+        self.model[message] = (dest, new or name)
+
+    # --- rules: every move of the table, from a drawn (possibly wrong) source state
+    @rule(message=messages, durable=st.booleans())
+    def create(self, message, durable):
+        state, _ = self.model[message]
+        before = self.disk()
+        if state is State.ABSENT:
+            self.box.create(message, message.encode(), durable)
+            self.model[message] = (next_state(State.ABSENT, Move.CREATE), message)
+        elif state is State.NOT_COMMITTED:  # exclusive create: never replaces
+            with pytest.raises(StoreError):
+                self.box.create(message, b"other", durable)
+            assert self.disk() == before
+
+    def _rule(move):
+        def r(self, message, source, claimer):
+            self.apply(message, move, source, claimer)
+
+        r.__name__ = r.__qualname__ = move.name.lower()
+        return rule(message=messages, source=st.sampled_from(ALL_STATES),
+                    claimer=st.sampled_from(CLAIMERS))(r)
+
+    send = _rule(Move.SEND)
+    discard = _rule(Move.DISCARD)
+    quarantine = _rule(Move.QUARANTINE)
+    claim = _rule(Move.CLAIM)
+    ack = _rule(Move.ACK)
+    redeliver = _rule(Move.REDELIVER)
+    expire = _rule(Move.EXPIRE)
+    dead_letter = _rule(Move.DEAD_LETTER)
+    purge = _rule(Move.PURGE)
+    create_by_move = _rule(Move.CREATE)
+    del _rule
+
+    @rule(message=messages, data=st.data())
+    def legal_move(self, message, data):
+        """A move the table allows from where the model says the message is."""
+        state, _ = self.model[message]
+        if state is State.ABSENT:
+            return
+        move = data.draw(st.sampled_from(sorted(TRANSITIONS[state], key=lambda m: m.value)))
+        self.apply(message, move, state, data.draw(st.sampled_from(CLAIMERS)))
+
+    @precondition(lambda self: any(s is State.NEW for s, _ in self.model.values()))
+    @rule(data=st.data())
+    def competing_claims(self, data):
+        """Two claimers race (two threads) for one NEW message: exactly one wins."""
+        message = data.draw(st.sampled_from([m for m, (s, _) in self.model.items() if s is State.NEW]))
+        results: dict[str, bool] = {}
+        barrier = threading.Barrier(2)
+
+        def claim(claimer):
+            barrier.wait()
+            results[claimer] = self.box.move(Move.CLAIM, State.NEW, message, pname(claimer, message))
+
+        threads = [threading.Thread(target=claim, args=(c,)) for c in CLAIMERS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [c for c, ok in results.items() if ok]
+        assert len(winners) == 1, results
+        self.model[message] = (State.DELIVERED, pname(winners[0], message))
+
+    # --- invariants
+    @invariant()
+    def disk_matches_model(self):
+        disk = self.disk()
+        expected = {}
+        for message, (state, name) in self.model.items():
+            if state is not State.ABSENT:
+                expected[(state.directory, name)] = message.encode()
+        assert disk == expected
+
+    @invariant()
+    def each_message_in_exactly_one_state(self):
+        seen: dict[str, list[str]] = {}
+        for d in STATE_DIRS:
+            for n in os.listdir(self.box.path / d):
+                seen.setdefault(n.split("~", 1)[-1], []).append(d)
+        assert all(len(dirs) == 1 for dirs in seen.values()), seen
+
+
+TestStoreModel = StoreModel.TestCase
+TestStoreModel.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def test_model_covers_the_whole_table():
+    """The table the machine is built from: every state has a move and every move a use."""
+    used = {m for moves in TRANSITIONS.values() for m in moves}
+    assert used == set(Move)
+    assert set(TRANSITIONS) == set(State)
+    for state in lifecycle.TERMINAL:
+        assert set(TRANSITIONS[state]) == {Move.PURGE}
