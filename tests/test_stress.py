@@ -1,5 +1,5 @@
 """The stress harness: the checker on hand-written histories, a reduced smoke run,
-fail-at-N, a genuinely full disk, and the reference bugs the runs found (xfail)."""
+fail-at-N, a genuinely full disk, and regressions for the reference bugs the runs found."""
 
 from __future__ import annotations
 
@@ -256,39 +256,38 @@ print(json.dumps({{k: r[k] for k in ("valid", "trials-run", "call-sites", "libfi
         assert r["libfiu"]
 
 
-# ---------------------------------------------------------------- bugs found by the runs
+# ---------------------------------------------------------------- bugs the runs found (now fixed)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG session.py Session._ack via MessageConsumer.receive (AUTO_ACKNOWLEDGE): the ACK rename "
-    "processing->processed succeeds, then fsync of processed/ fails (EIO) and receive() raises; "
-    "the application never gets the message and it is already in processed/: lost"))
-def test_bug_auto_ack_fsync_failure_loses_message(tmp_path):
+# Regression, found by the stress runs and fixed: session.py Session._ack via
+# MessageConsumer.receive (AUTO_ACKNOWLEDGE): the ACK rename processing->processed succeeds, then
+# fsync of processed/ fails (EIO) and receive() raises; the application never gets the message and
+# it is already in processed/: lost
+def test_regression_auto_ack_fsync_failure_loses_message(tmp_path):
     # claim = renameat2(claim) open(read) renameat2(ack) open(processed/) fsync(processed/): call 5
     t = failn.trial("claim", "errno:EIO", 5, "renameat2", tmp_path / "t")
     assert t["kind"] == "fsync"
     assert t["lost"] == 0, t["note"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG session.py Session._delivered (transacted): the claim moved the message to processing/, "
-    "then TransactionLog.record fails (open/write of the log: EIO/ENOSPC) and receive() raises; the "
-    "message is in neither the log nor _unacked, so rollback/close never redeliver it, and since "
-    "Connection.close unlinks the client registration (clients.Registration.release), recovery sees "
-    "the owner as 'unknown' and never reclaims it: stuck in processing/ forever"))
-def test_bug_transacted_receive_log_failure_strands_message(tmp_path):
+# Regression, found by the stress runs and fixed: session.py Session._delivered (transacted): the
+# claim moved the message to processing/, then TransactionLog.record fails (open/write of the log:
+# EIO/ENOSPC) and receive() raises; the message is in neither the log nor _unacked, so
+# rollback/close never redeliver it, and since Connection.close unlinks the client registration
+# (clients.Registration.release), recovery sees the owner as 'unknown' and never reclaims it:
+# stuck in processing/ forever
+def test_regression_transacted_receive_log_failure_strands_message(tmp_path):
     # tx_commit: renameat2(claim) open(read) open(log) write(log): call 3 = the log's open
     t = failn.trial("tx_commit", "errno:EIO", 3, "renameat2", tmp_path / "t")
     assert t["kind"] == "open"
     assert t["lost"] == 0 and t["in_doubt"] == 0, t["note"]
 
 
-@pytest.mark.xfail(strict=True, raises=FileNotFoundError, reason=(
-    "BUG recovery.py recover(): for a LIVE owner's transaction log it calls read_log(path) on the "
-    "listing of pending_logs(); the live owner may commit/roll back (rename or unlink the log) in "
-    "between, and FileNotFoundError escapes recover() (seen in the kills stress case when recovery "
-    "ran while a transacted producer was still alive)"))
-def test_bug_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
+# Regression, found by the stress runs and fixed: recovery.py recover(): for a LIVE owner's
+# transaction log it calls read_log(path) on the listing of pending_logs(); the live owner may
+# commit/roll back (rename or unlink the log) in between, and FileNotFoundError escapes recover()
+# (seen in the kills stress case when recovery ran while a transacted producer was still alive)
+def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     from dropboxmq import recovery
     from dropboxmq.session import Connection
     from dropboxmq.transaction import ASSOCIATED, transaction_dir
@@ -297,15 +296,16 @@ def test_bug_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     with Connection(root, client_id="live"):
         gone = transaction_dir(root) / ASSOCIATED / "live~abc~1"  # listed, then committed by its owner
         monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([(ASSOCIATED, gone)]))
-        recovery.recover(root)
+        report = recovery.recover(root)
+        assert report.errors == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG store.py rename_noreplace link()+unlink() fallback + recovery.py: a crash after link(target/x, "
-    "processing/c~x') and before unlink(target/x) leaves ONE message under two names; recovery only "
-    "de-duplicates working/+target/ (_sweep_working), so reclaim REDELIVERs processing/c~x' to target/ "
-    "under its delivery-count name and target/ holds the message twice: delivered twice, both acked"))
-def test_bug_link_fallback_claim_crash_duplicates_message(tmp_path):
+# Regression, found by the stress runs and fixed: store.py rename_noreplace link()+unlink()
+# fallback + recovery.py: a crash after link(target/x, processing/c~x') and before
+# unlink(target/x) leaves ONE message under two names; recovery only de-duplicates
+# working/+target/ (_sweep_working), so reclaim REDELIVERs processing/c~x' to target/ under its
+# delivery-count name and target/ holds the message twice: delivered twice, both acked
+def test_regression_link_fallback_claim_crash_duplicates_message(tmp_path):
     t = failn.trial("claim", "kill-after", 1, "link", tmp_path / "t")  # call 1 = link() of the claim
     assert t["kind"] == "link"
     assert t["duplicated"] == 0 and t["unexplained"] == 0, t["note"]

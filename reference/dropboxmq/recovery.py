@@ -92,7 +92,10 @@ def recover(
                     continue
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
             else:
-                live_names.update(e.name for e in read_log(path) if e.kind == "send")
+                try:
+                    live_names.update(e.name for e in read_log(path) if e.kind == "send")
+                except FileNotFoundError:
+                    pass  # the live owner committed or rolled back since the listing
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         now = now_ms()

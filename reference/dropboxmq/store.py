@@ -282,6 +282,29 @@ class Dropbox:
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
 
+    def drop_interrupted_link(self, state: State, name: str) -> bool:
+        """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
+        fallback: if ``state/<name>`` shares its inode with a name in another state
+        directory of this dropbox, that other name is the message; this one is removed.
+        Not a lifecycle move: the message keeps exactly one state throughout."""
+        try:
+            st = os.lstat(self.file(state, name))
+        except FileNotFoundError:
+            return False
+        if st.st_nlink < 2:
+            return False
+        for other in State:
+            if other is state or other.value is None:
+                continue
+            try:
+                with os.scandir(self._dirs[other]) as it:
+                    if any(e.inode() == st.st_ino for e in it):
+                        _unlink_quietly(self.file(state, name))
+                        return True
+            except FileNotFoundError:
+                continue
+        return False
+
 
 class NotARegularFile(OSError):
     """A symlink, FIFO, device or directory where a message file should be."""
