@@ -39,6 +39,7 @@ class RecoveryReport:
     orphans_discarded: int = 0
     expired: int = 0
     subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
+    xa_in_doubt: list[str] = field(default_factory=list)  # prepared 2PC branches awaiting a decision
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -49,6 +50,7 @@ class RecoveryReport:
             "orphans_discarded": self.orphans_discarded,
             "expired": self.expired,
             "subscriptions_removed": self.subscriptions_removed,
+            "xa_in_doubt": list(self.xa_in_doubt),
             "errors": list(self.errors),
         }
 
@@ -96,6 +98,9 @@ def recover(
                     live_names.update(e.name for e in read_log(path) if e.kind == "send")
                 except FileNotFoundError:
                     pass  # the live owner committed or rolled back since the listing
+        from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
+
+        report.xa_in_doubt = [str(x) for x in xa.recover(root)]
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         now = now_ms()

@@ -282,6 +282,13 @@ class Dropbox:
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
 
+    def park(self, state: State, name: str, parked: str) -> None:
+        """Rename a file to another name in the SAME state directory (no state change).
+        Two-phase commit parks a prepared branch's files under dot-names, which no listing
+        shows, so no sweep can touch them until the coordinator decides.  FileNotFoundError
+        if ``name`` is gone; never replaces ``parked``."""
+        rename_noreplace(self.file(state, name), self.file(state, parked))
+
     def drop_interrupted_link(self, state: State, name: str) -> bool:
         """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
         fallback: if ``state/<name>`` shares its inode with a name in another state

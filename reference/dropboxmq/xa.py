@@ -1,0 +1,634 @@
+"""A dropbox session as a two-phase-commit resource (the DB-API 2.0 TPC extension, XA-shaped).
+
+The interface is the one psycopg implements, so one small coordinator
+(``coordinator.py``) drives a dropbox session and a PostgreSQL connection alike:
+
+    s = create_xa_session(connection)
+    x = s.xid(0x444d51, "order-42", "mq")
+    s.tpc_begin(x)
+    ... receive and send exactly as in a transacted session ...
+    s.tpc_prepare()          # durable and survivable, nothing visible yet
+    s.tpc_commit()           # or s.tpc_rollback(); or, from any process: tpc_commit(x)
+
+``tpc_commit()`` without ``tpc_prepare()`` is a one-phase commit (allowed when
+the branch is the only resource): it is the ordinary transacted commit.
+
+Log layout (DropboxMQ 1.2 kept XA logs in ``transaction/unassociated/`` and
+``transaction/prepared/`` under ``xa-`` names; we follow it)::
+
+    dropboxmq/transaction/associated/<client>~<session>~<seq>   open branch (the session's log)
+    dropboxmq/transaction/unassociated/xa-<g>-<b>-<fmt>         being prepared (ended, not prepared)
+    dropboxmq/transaction/prepared/xa-<g>-<b>-<fmt>             PREPARED: waits for the decision
+    dropboxmq/transaction/xa-committing/xa-<g>-<b>-<fmt>        decided commit, being applied
+    dropboxmq/transaction/xa-rolling-back/xa-<g>-<b>-<fmt>      decided rollback, being applied
+
+with ``<g>``, ``<b>`` the gtrid and bqual escaped like a file-name field (and
+``-`` escaped too, so the name splits back unambiguously) and ``<fmt>`` the
+decimal format id.
+
+Prepare (the branch is then immune to every dead-owner sweep):
+
+1. write the whole prepared log -- the xid, the owner, and per operation its
+   dropbox, its current name, its *parked* name and its final name -- to
+   ``unassociated/`` and fsync it;
+2. *park* every file of the branch: rename ``working/<name>`` (a send) and
+   ``processing/<client>~<name>`` (a receive) to a dot-name
+   ``.xa-<h>~<name>`` in the same directory (``<h>``: 12 hex digits of the
+   xid's hash).  A rename within one directory is not a state change -- the
+   message stays NOT_COMMITTED / DELIVERED -- but dot-names are never listed
+   (``store.Dropbox.list``), so neither the processing/ sweep of dead owners
+   (``session.reclaim_dead_owners``, even with ``assume_unknown_dead``) nor the
+   orphan sweep of working/ (``recovery._sweep_working``) can touch a parked
+   file: a prepared receive is never redelivered and a prepared send never
+   quarantined while the branch waits for its coordinator;
+3. fsync every parked file and every touched directory;
+4. rename the log into ``prepared/`` and fsync that directory -- the branch is
+   PREPARED -- then delete the session's associated log.
+
+A crash before 4 leaves the associated log (rolled back by the ordinary
+recovery of a dead owner: its names are gone or still there, either way the
+moves are idempotent) and perhaps the unassociated log, which :func:`recover`
+(and so ``tpc_recover``) rolls back for a dead owner from parked *or* original
+names: presumed abort.  ``transaction.pending_logs`` and recovery.py only look at
+associated/, committing/ and rolling-back/, so prepared/ is left alone.
+
+Phase two renames the prepared log into ``xa-committing/`` (fsynced: from
+here only commit can finish it) or ``xa-rolling-back/``, applies every move
+(commit: SEND parked -> ``target/<name>``, ACK parked -> ``processed/<pname>``;
+rollback: DISCARD parked, REDELIVER parked -> ``target/<original>``, which
+carries the delivery count, so the message comes back with JMSRedelivered),
+fsyncs the touched directories and deletes the log.  Every move whose source
+is gone returns False, so finishing a decided branch twice, or from two
+processes at once, is harmless; a decided branch found after a crash is
+finished by :func:`recover`.  ``tpc_rollback`` of a branch that is already
+committing (and vice versa) is refused: a branch is never half-applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import codec
+from .clients import is_dead, registration_path
+from .errors import DropboxMQError, IllegalStateError
+from .lifecycle import Move, State
+from .session import AckMode, Session
+from .store import MAX_NAME_BYTES, Dropbox, _fsync_dir, rename_noreplace
+from .transaction import ASSOCIATED, transaction_dir
+
+UNASSOCIATED = "unassociated"
+PREPARED = "prepared"
+XA_COMMITTING = "xa-committing"
+XA_ROLLING_BACK = "xa-rolling-back"
+XA_DIRS = (UNASSOCIATED, PREPARED, XA_COMMITTING, XA_ROLLING_BACK)
+LOG_PREFIX = "xa-"
+
+#: Format id of the xids this module creates by default ("DMQ").
+DEFAULT_FORMAT_ID = 0x444D51
+
+
+class XAError(DropboxMQError):
+    """A two-phase-commit protocol error (XAER_PROTO, XAER_DUPID)."""
+
+
+class UnknownXidError(XAError):
+    """No branch with this xid is prepared or being finished here (XAER_NOTA)."""
+
+
+# ---------------------------------------------------------------- xids
+
+
+@dataclass(frozen=True)
+class Xid:
+    """A transaction branch id: (format_id, global transaction id, branch qualifier).
+
+    Same shape as psycopg's ``Xid`` and the DB-API's ``connection.xid()``: it
+    unpacks and indexes as the triple ``(format_id, gtrid, bqual)``."""
+
+    format_id: int
+    gtrid: str
+    bqual: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.format_id, bool) or not isinstance(self.format_id, int) \
+                or not 0 <= self.format_id < 2**31:
+            raise ValueError(f"format_id must be an int in [0, 2**31), got {self.format_id!r}")
+        for what, v in (("gtrid", self.gtrid), ("bqual", self.bqual)):
+            if not isinstance(v, str):
+                raise ValueError(f"{what} must be a str, got {v!r}")
+            if len(v.encode("utf-8")) > 64:
+                raise ValueError(f"{what} must be at most 64 bytes (XA), got {v!r}")
+        if not self.gtrid:
+            raise ValueError("gtrid must not be empty")
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.format_id, self.gtrid, self.bqual))
+
+    def __getitem__(self, i: int) -> Any:
+        return (self.format_id, self.gtrid, self.bqual)[i]
+
+    def __len__(self) -> int:
+        return 3
+
+    @property
+    def log_name(self) -> str:
+        """``xa-<enc(gtrid)>-<enc(bqual)>-<format_id>``: the branch's log file name."""
+        return f"{LOG_PREFIX}{_enc(self.gtrid)}-{_enc(self.bqual)}-{self.format_id}"
+
+    def __str__(self) -> str:
+        return self.log_name
+
+    @classmethod
+    def from_log_name(cls, name: str) -> "Xid":
+        if not name.startswith(LOG_PREFIX):
+            raise ValueError(f"not an xa log name: {name!r}")
+        parts = name[len(LOG_PREFIX):].split("-")
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise ValueError(f"not an xa log name: {name!r}")
+        return cls(int(parts[2]), codec.decode_field(parts[0]), codec.decode_field(parts[1]))
+
+    @classmethod
+    def parse(cls, text: str) -> "Xid":
+        """An xid as printed by ``dropboxmq xa list`` (its log name, with or without
+        ``xa-``) or as ``FORMAT_ID:GTRID:BQUAL``."""
+        if text.startswith(LOG_PREFIX) and text.count("-") >= 3:
+            return cls.from_log_name(text)
+        fmt, sep, rest = text.partition(":")
+        if sep and fmt.isdigit():
+            gtrid, _, bqual = rest.partition(":")
+            return cls(int(fmt), gtrid, bqual)
+        return cls.from_log_name(LOG_PREFIX + text)
+
+    def to_json(self) -> dict:
+        return {"format_id": self.format_id, "gtrid": self.gtrid, "bqual": self.bqual}
+
+    @classmethod
+    def of(cls, x: Any) -> "Xid":
+        """Accept our Xid, any (format_id, gtrid, bqual) triple (psycopg's Xid) or a log name."""
+        if isinstance(x, Xid):
+            return x
+        if isinstance(x, str):
+            return cls.parse(x)
+        fmt, gtrid, bqual = (getattr(x, "format_id", None), getattr(x, "gtrid", None),
+                             getattr(x, "bqual", None))
+        if gtrid is None:
+            fmt, gtrid, bqual = x
+        return cls(int(fmt), gtrid, bqual)
+
+
+def _enc(s: str) -> str:
+    return codec.encode_field(s).replace("-", "%2D")
+
+
+def _hash(xid: Xid) -> str:
+    return hashlib.sha1(xid.log_name.encode("utf-8")).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- the prepared log
+
+
+@dataclass(frozen=True)
+class XAEntry:
+    kind: str  # "send" | "receive"
+    box: str  # dropbox path relative to the root
+    name: str  # where it was before prepare: working/<name> or processing/<pname>
+    parked: str  # its dot-name while prepared (same directory)
+    final: str  # commit: target/<final> (send); rollback: target/<final> (receive)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "box": self.box, "name": self.name, "parked": self.parked,
+                "final": self.final}
+
+    @property
+    def state(self) -> State:
+        return State.NOT_COMMITTED if self.kind == "send" else State.DELIVERED
+
+
+@dataclass
+class BranchLog:
+    xid: Xid
+    owner: str
+    entries: list[XAEntry]
+    prepared_at: float
+    pid: int = 0
+    host: str = ""
+
+    def dump(self) -> bytes:
+        head = {"xid": self.xid.to_json(), "owner": self.owner, "pid": self.pid, "host": self.host,
+                "prepared_at": self.prepared_at, "entries": len(self.entries)}
+        lines = [json.dumps(head, ensure_ascii=False)] + [json.dumps(e.to_json(), ensure_ascii=False)
+                                                          for e in self.entries]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> "BranchLog":
+        with open(path, encoding="utf-8") as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+        if not lines:
+            raise ValueError(f"{path}: empty xa log")
+        head = json.loads(lines[0])
+        entries = []
+        for line in lines[1:]:
+            try:
+                d = json.loads(line)
+                entries.append(XAEntry(d["kind"], d["box"], d["name"], d["parked"], d["final"]))
+            except (ValueError, KeyError):
+                break  # torn tail: only possible in unassociated/, before any file was parked
+        x = head["xid"]
+        return cls(Xid(x["format_id"], x["gtrid"], x["bqual"]), head.get("owner", ""), entries,
+                   head.get("prepared_at", 0.0), head.get("pid", 0), head.get("host", ""))
+
+
+def xa_dir(root: Path, where: str) -> Path:
+    return transaction_dir(root) / where
+
+
+def ensure_xa_layout(root: Path) -> None:
+    for d in XA_DIRS:
+        os.makedirs(xa_dir(root, d), exist_ok=True)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parked_name(h: str, name: str, i: int) -> str:
+    parked = f".xa-{h}~{name}"
+    return parked if len(os.fsencode(parked)) <= MAX_NAME_BYTES else f".xa-{h}~#{i}"
+
+
+def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, str]]) -> None:
+    """Make the branch of ``ops`` ((kind, box, name) as in the session's log) PREPARED.
+    Raises XAError (and changes nothing visible) if ``xid`` is already prepared here."""
+    root = Path(root)
+    ensure_xa_layout(root)
+    name = xid.log_name
+    if len(os.fsencode(name)) > MAX_NAME_BYTES:
+        raise XAError(f"xid {xid} gives a log name over {MAX_NAME_BYTES} bytes")
+    if find_branch(root, xid) is not None:
+        raise XAError(f"xid {xid} is already prepared (XAER_DUPID)")
+    h = _hash(xid)
+    entries = []
+    for i, (kind, box, pname) in enumerate(ops):
+        if kind == "send":
+            final = pname
+        else:
+            _, final = codec.split_processing_name(pname)
+        entries.append(XAEntry(kind, box, pname, _parked_name(h, final, i), final))
+    log = BranchLog(xid, owner, entries, time.time(), os.getpid(), socket.gethostname())
+    staging = xa_dir(root, UNASSOCIATED) / name
+    # complete before it is visible: a recoverer never sees a half-written log
+    tmp = staging.with_name(f".{name}.{os.getpid()}.tmp")
+    _unlink(tmp)
+    _write_durably(tmp, log.dump())
+    os.rename(tmp, staging)
+    # park every file: invisible to every listing-based sweep from here on
+    dirs: set[str] = set()
+    for e in entries:
+        box = Dropbox(root / e.box)
+        src, dst = box.file(e.state, e.name), box.file(e.state, e.parked)
+        try:
+            box.park(e.state, e.name, e.parked)
+        except FileNotFoundError:
+            if not os.path.lexists(dst):
+                _undo_staging(root, log, staging)
+                raise XAError(f"{src} vanished before prepare: the branch is rolled back") from None
+        _fsync_file(dst)
+        dirs.add(box.dir(e.state))
+    for d in sorted(dirs):
+        _fsync_dir(d)
+    try:
+        rename_noreplace(str(staging), str(xa_dir(root, PREPARED) / name))
+    except FileExistsError:
+        _undo_staging(root, log, staging)
+        raise XAError(f"xid {xid} is already prepared (XAER_DUPID)") from None
+    _fsync_dir(str(xa_dir(root, PREPARED)))
+    # ---- PREPARED: only a decision (tpc_commit / tpc_rollback) ends it ----
+
+
+def _undo_staging(root: Path, log: BranchLog, staging: Path) -> None:
+    """Un-park what was parked (back to the original names) and drop the staging log."""
+    for e in log.entries:
+        box = Dropbox(root / e.box)
+        try:
+            box.park(e.state, e.parked, e.name)
+        except (FileNotFoundError, FileExistsError):
+            pass
+    _unlink(staging)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def find_branch(root: Path, xid: Xid) -> tuple[str, Path] | None:
+    """(directory, path) of the branch's log in prepared/ or a phase-two directory."""
+    for where in (PREPARED, XA_COMMITTING, XA_ROLLING_BACK):
+        p = xa_dir(root, where) / xid.log_name
+        if p.exists():
+            return where, p
+    return None
+
+
+def _apply(root: Path, log: BranchLog, commit: bool) -> None:
+    touched: set[str] = set()
+    for e in log.entries:
+        box = Dropbox(Path(root) / e.box)
+        if e.kind == "send":
+            if commit:
+                box.move(Move.SEND, State.NOT_COMMITTED, e.parked, e.final)
+                touched.add(box.dir(State.NEW))
+            else:
+                box.move(Move.DISCARD, State.NOT_COMMITTED, e.parked)
+                touched.add(box.dir(State.NOT_COMMITTED))
+        else:
+            if commit:
+                box.move(Move.ACK, State.DELIVERED, e.parked, e.name)
+                touched.add(box.dir(State.ACKNOWLEDGED))
+            else:
+                box.move(Move.REDELIVER, State.DELIVERED, e.parked, e.final)
+                touched.add(box.dir(State.NEW))
+    for d in sorted(touched):
+        try:
+            _fsync_dir(d)
+        except FileNotFoundError:
+            pass
+
+
+def finish_branch(root: Path, xid: Xid, commit: bool) -> str:
+    """Phase two for a prepared branch, from its log alone (any process may call it).
+
+    Returns "committed" / "rolled back".  Raises UnknownXidError when no such
+    branch is here (XAER_NOTA), XAError when the branch is already being finished
+    the other way."""
+    root = Path(root)
+    ensure_xa_layout(root)
+    name = xid.log_name
+    mine, other = (XA_COMMITTING, XA_ROLLING_BACK) if commit else (XA_ROLLING_BACK, XA_COMMITTING)
+    path = xa_dir(root, mine) / name
+    try:
+        rename_noreplace(str(xa_dir(root, PREPARED) / name), str(path))
+        _fsync_dir(str(xa_dir(root, mine)))  # the branch's decision: durable before any move
+    except FileNotFoundError:
+        if (xa_dir(root, other) / name).exists():
+            raise XAError(f"branch {xid} is already being {'rolled back' if commit else 'committed'}; "
+                          "it can only be finished that way") from None
+        if not path.exists():
+            raise UnknownXidError(f"no prepared branch {xid} (XAER_NOTA)") from None
+    except FileExistsError:  # a finisher crashed after renaming back? cannot happen; be safe
+        _unlink(xa_dir(root, PREPARED) / name)
+    try:
+        log = BranchLog.load(path)
+    except FileNotFoundError:
+        return "committed" if commit else "rolled back"  # another process finished it just now
+    _apply(root, log, commit)
+    _unlink(path)
+    return "committed" if commit else "rolled back"
+
+
+def _abandoned(root: Path, log: BranchLog) -> bool:
+    """Is the process that was preparing ``log`` gone?  Its client id is dead, or it is
+    held by a later incarnation (another pid/host in the registration)."""
+    if not log.owner or is_dead(root, log.owner):
+        return True
+    try:
+        with open(registration_path(root, log.owner), encoding="utf-8", errors="replace") as f:
+            reg = f.read().split()
+    except FileNotFoundError:
+        return False  # closed cleanly or never registered: a live prepare removes its own log
+    return bool(log.pid) and (f"pid={log.pid}" not in reg or f"host={log.host}" not in reg)
+
+
+def _roll_back_unassociated(root: Path, path: Path) -> bool:
+    """A dead owner's branch that never reached prepared/: presumed abort."""
+    try:
+        log = BranchLog.load(path)
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        return False  # corrupt (logs are renamed in complete): left for an operator
+    if not _abandoned(root, log):
+        return False
+    for e in log.entries:
+        box = Dropbox(Path(root) / e.box)
+        for n in (e.parked, e.name):
+            if e.kind == "send":
+                box.move(Move.DISCARD, State.NOT_COMMITTED, n)
+            else:
+                box.move(Move.REDELIVER, State.DELIVERED, n, e.final)
+    _unlink(path)
+    return True
+
+
+def recover(root: Path) -> list[Xid]:
+    """Restart-time scan: roll back branches of dead owners that never reached prepared/,
+    finish branches already decided (xa-committing/, xa-rolling-back/), and return
+    the prepared, undecided branches -- those wait for their coordinator."""
+    root = Path(root)
+    ensure_xa_layout(root)
+    for path in _logs(root, UNASSOCIATED):
+        _roll_back_unassociated(root, path)
+    _sweep_staging_leftovers(root)
+    for where, commit in ((XA_COMMITTING, True), (XA_ROLLING_BACK, False)):
+        for path in _logs(root, where):
+            try:
+                finish_branch(root, Xid.from_log_name(path.name), commit)
+            except (UnknownXidError, ValueError):
+                pass
+    return [b.xid for b in list_branches(root)]
+
+
+def _sweep_staging_leftovers(root: Path, age: float = 3600.0) -> None:
+    """A prepare killed while writing its log leaves ``unassociated/.xa-....tmp``
+    (no file was parked yet): harmless, removed once it is an hour old."""
+    d = xa_dir(root, UNASSOCIATED)
+    cutoff = time.time() - age
+    for n in os.listdir(d):
+        if n.startswith("." + LOG_PREFIX) and n.endswith(".tmp"):
+            try:
+                if os.lstat(d / n).st_mtime < cutoff:
+                    os.unlink(d / n)
+            except FileNotFoundError:
+                pass
+
+
+def _logs(root: Path, where: str) -> list[Path]:
+    d = xa_dir(root, where)
+    try:
+        return [d / n for n in sorted(os.listdir(d)) if n.startswith(LOG_PREFIX)]
+    except FileNotFoundError:
+        return []
+
+
+def list_branches(root: Path, where: str = PREPARED) -> list[BranchLog]:
+    out = []
+    for path in _logs(Path(root), where):
+        try:
+            out.append(BranchLog.load(path))
+        except (FileNotFoundError, ValueError):
+            continue
+    return out
+
+
+# ---------------------------------------------------------------- the XA session
+
+
+class XASession(Session):
+    """A transacted session that is also a TPC resource.  Outside a branch it is
+    an ordinary transacted session; inside one, ``commit()``/``rollback()`` are
+    refused (JMS: TransactionInProgressException) -- use the tpc_* methods."""
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection, AckMode.SESSION_TRANSACTED)
+        self._xid: Xid | None = None
+        self._xa_state = "idle"  # idle | active | prepared | aborted (prepare failed)
+        ensure_xa_layout(connection.root)
+
+    # --- DB-API TPC surface
+    def xid(self, format_id: int, gtrid: str, bqual: str) -> Xid:
+        return Xid(format_id, gtrid, bqual)
+
+    def tpc_begin(self, xid: Any) -> None:
+        with self._lock:
+            self._check_open()
+            if self._xa_state not in ("idle", "aborted"):
+                raise XAError(f"a branch ({self._xid}) is already {self._xa_state} on this session")
+            if self._tx is not None and self._tx.entries:
+                raise XAError("tpc_begin inside an open local transaction: commit or roll it back first")
+            x = Xid.of(xid)
+            if len(os.fsencode(x.log_name)) > MAX_NAME_BYTES:
+                raise XAError(f"xid {x} gives a log name over {MAX_NAME_BYTES} bytes")
+            if find_branch(self.connection.root, x) is not None:
+                raise XAError(f"xid {x} is already prepared (XAER_DUPID)")
+            self._xid, self._xa_state = x, "active"
+
+    def tpc_prepare(self) -> None:
+        with self._lock:
+            self._check_open()
+            if self._xa_state != "active":
+                raise XAError(f"tpc_prepare needs an active branch (state: {self._xa_state})")
+            tx, self._tx = self._tx, None
+            self._unacked = []
+            ops = [(e.kind, e.box, e.name) for e in tx.entries] if tx is not None else []
+            try:
+                prepare_branch(self.connection.root, self._xid, self.connection.client_id, ops)
+            except BaseException:
+                if tx is not None:
+                    tx.rollback()  # presumed abort: nothing was prepared
+                self._xa_state = "aborted"  # tpc_rollback() acknowledges it
+                self._invalidate()
+                raise
+            if tx is not None:
+                tx._close(False)
+                _unlink(Path(tx._path(ASSOCIATED)))
+            self._xa_state = "prepared"
+
+    def tpc_commit(self, xid: Any = None) -> None:
+        self._finish(xid, commit=True)
+
+    def tpc_rollback(self, xid: Any = None) -> None:
+        self._finish(xid, commit=False)
+
+    def tpc_recover(self) -> list[Xid]:
+        """The prepared, undecided branches under this root (after finishing what
+        is already decided and rolling back what dead owners never prepared)."""
+        self._check_open()
+        return recover(self.connection.root)
+
+    def _finish(self, xid: Any, commit: bool) -> None:
+        with self._lock:
+            self._check_open()
+            if xid is not None:
+                x = Xid.of(xid)
+                if self._xa_state != "idle" and x != self._xid:
+                    raise XAError("tpc_commit/tpc_rollback(xid) of another branch must be called "
+                                  "outside this session's own branch")
+                if self._xa_state == "active" and x == self._xid:
+                    raise XAError("the branch is not prepared: call tpc_commit()/tpc_rollback() "
+                                  "without an xid")
+                finish_branch(self.connection.root, x, commit)
+                if x == self._xid:
+                    self._xid, self._xa_state = None, "idle"
+                return
+            if self._xa_state == "aborted":  # a failed prepare already rolled it back
+                self._xid, self._xa_state = None, "idle"
+                if commit:
+                    raise XAError("the branch was rolled back when its prepare failed (XA_RBROLLBACK)")
+                return
+            if self._xa_state == "idle":
+                raise XAError("no branch on this session: tpc_begin first, or pass the xid")
+            if self._xa_state == "active":  # one-phase: the ordinary transacted commit
+                try:
+                    if commit:
+                        Session.commit(self)
+                    else:
+                        Session._rollback(self)
+                finally:
+                    self._xid, self._xa_state = None, "idle"
+                return
+            x = self._xid
+            self._xid, self._xa_state = None, "idle"
+            finish_branch(self.connection.root, x, commit)
+            if not commit:
+                self._invalidate()
+
+    def _invalidate(self) -> None:
+        for c in self._consumers:
+            c._scanner.invalidate()
+
+    # --- local transactions are refused inside a branch
+    def commit(self) -> None:
+        if self._xa_state != "idle":
+            raise IllegalStateError("commit() inside a two-phase branch: use tpc_commit()")
+        super().commit()
+
+    def rollback(self) -> None:
+        if self._xa_state != "idle":
+            raise IllegalStateError("rollback() inside a two-phase branch: use tpc_rollback()")
+        super().rollback()
+
+    def close(self) -> None:
+        """Close: an active branch is rolled back; a prepared one stays prepared
+        (it waits for its coordinator's decision)."""
+        with self._lock:
+            if self._xa_state in ("prepared", "aborted"):
+                self._xid, self._xa_state = None, "idle"
+        super().close()
+
+    @property
+    def xa_state(self) -> str:
+        return self._xa_state
+
+
+def create_xa_session(connection) -> Any:
+    """``connection.createXASession()``: a new XA session on ``connection``."""
+    connection._check_open()
+    session = XASession(connection)
+    connection._sessions.append(session)
+    return session
+
