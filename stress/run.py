@@ -320,10 +320,19 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
         at = t_start + case.power_loss_at * w.duration
         while time.time() < at:
             time.sleep(0.05)  # the schedule, not synchronisation
-        nemesis._run("xfs_io", "-x", "-c", "shutdown", str(mnt))
-        hist.record("info", "power-loss", nemesis=True, detail="xfs_io -x -c shutdown (log not flushed)")
-        for t in threads:
+        for t in threads:  # no kill/restart from here on: every worker is frozen at once
             t.stop.set()
+            t.join()
+        # The instant of the power loss: every worker stops (SIGSTOP, all threads in state T)
+        # BEFORE the shutdown, as a real power loss stops them.  Shutting down under running
+        # workers let calls straddling the shutdown report success for discarded work (issue 6).
+        pids = [p.pid for _, p in cluster.live.values() if p.is_alive()]
+        stuck = nemesis.freeze(pids)
+        hist.record("info", "power-loss", nemesis=True, frozen=len(pids), stuck=len(stuck),
+                    detail="workers frozen, then xfs_io -x -c shutdown (log not flushed)")
+        nemesis.shutdown_xfs(mnt)
+        if stuck:
+            extra["problems"].append(f"power loss: {len(stuck)} worker(s) did not stop before the shutdown")
         cluster.kill_all(hist, "power loss")
         nemesis._umount(mnt)
         nemesis._run("mount", "-o", "loop", str(img), str(mnt))

@@ -309,3 +309,54 @@ def test_regression_link_fallback_claim_crash_duplicates_message(tmp_path):
     t = failn.trial("claim", "kill-after", 1, "link", tmp_path / "t")  # call 1 = link() of the claim
     assert t["kind"] == "link"
     assert t["duplicated"] == 0 and t["unexplained"] == 0, t["note"]
+
+
+def test_power_loss_freezes_workers_before_the_shutdown():
+    """Issue 6: a power loss stops every process at the same instant.  nemesis.freeze() returns
+    only when every thread of every worker is stopped, so nothing runs across the shutdown."""
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001)"])
+    try:
+        assert nemesis.freeze([child.pid], timeout=10) == []
+        assert nemesis._task_states(child.pid) and all(s in "Tt" for s in nemesis._task_states(child.pid))
+        time.sleep(0.05)
+        assert child.poll() is None  # stopped, not dead
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert nemesis.freeze([child.pid], timeout=1) == []  # gone: nothing to wait for
+
+
+def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path, monkeypatch):
+    """Stress faults case: EIO on the read, then EIO on the rename into error/ left the message
+    in processing/ of a consumer that then closed cleanly -- nobody would ever reclaim it."""
+    from dropboxmq import store
+    from dropboxmq.errors import StoreError
+    from dropboxmq.message import BytesMessage, Queue
+    from dropboxmq.session import Connection, Settings
+
+    root, q = tmp_path / "root", Queue("Q")
+    with Connection(root, "a", Settings(poll_interval=0.002)) as c:
+        c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
+        cons = c.create_session().create_consumer(q)
+        real_rename = store.rename_noreplace
+
+        def eio(*a, **k):
+            raise OSError(errno.EIO, "Input/output error")
+
+        def no_error_dir(src, dst):
+            if "/error/" in dst:
+                raise OSError(errno.EIO, "Input/output error", dst)
+            return real_rename(src, dst)
+
+        monkeypatch.setattr(store.Dropbox, "read", eio)
+        monkeypatch.setattr(store, "rename_noreplace", no_error_dir)
+        with pytest.raises(StoreError):
+            cons.receive(0.05)
+        monkeypatch.undo()
+        box = root / "Q" / "incoming"
+        assert os.listdir(box / "processing") == [] and len(os.listdir(box / "target")) == 1
+        m = cons.receive(1)
+        assert m is not None and m.body == b"x"

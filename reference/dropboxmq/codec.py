@@ -236,7 +236,8 @@ def _after_fork_in_child() -> None:
     _reseed()
 
 
-if hasattr(os, "register_at_fork"):
+_FORK_HOOK = hasattr(os, "register_at_fork")
+if _FORK_HOOK:
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
@@ -250,8 +251,8 @@ def new_message_id() -> str:
     """
     global _id_ms, _id_seq
     with _id_lock:
-        if os.getpid() != _id_pid:
-            _reseed()
+        if _id_pid is None or (not _FORK_HOOK and os.getpid() != _id_pid):
+            _reseed()  # with the fork hook a child reseeds at fork: no getpid() per id
         now = time.time_ns() // 1_000_000
         if now > _id_ms:
             _id_ms, _id_seq = now, 0

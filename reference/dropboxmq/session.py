@@ -16,12 +16,14 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import errno
 import functools
 import heapq
 import logging
 import os
+import random
 import threading
 import time
 import uuid
@@ -106,7 +108,14 @@ def to_wire(msg: Message) -> str:
         extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
     if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
         extra[DELIVERY_MODE_PROP] = Property("I", int(DeliveryMode.NON_PERSISTENT))
-    return codec.encode_name(replace(msg, properties=extra, delivery_count=1, redelivered=False))
+    # Encode with the wire's properties and count swapped in, not a dataclasses.replace()
+    # copy (a copy of the whole message, body included, per send).
+    saved = msg.properties, msg.delivery_count
+    msg.properties, msg.delivery_count = extra, 1
+    try:
+        return codec.encode_name(msg)
+    finally:
+        msg.properties, msg.delivery_count = saved
 
 
 def from_wire(name: str, now: int | None = None) -> Message:
@@ -349,12 +358,21 @@ class Session:
         touched = []
         for d in deliveries:
             moved = d.box.move(Move.ACK, State.DELIVERED, d.processing_name)
-            if moved and d.message.delivery_mode == DeliveryMode.PERSISTENT:
+            # not moved = acked by an earlier acknowledge() whose sync failed: sync again
+            if (moved or self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE) and \
+                    d.message.delivery_mode == DeliveryMode.PERSISTENT:
                 touched.append((d.box, State.ACKNOWLEDGED))
         if durable and touched:
             try:
                 sync_many(touched)
             except OSError as exc:
+                if self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
+                    # acknowledge() must not return before its acks are durable (issue 6: a
+                    # power loss undid CLIENT acks whose fsync had failed with EIO); the
+                    # session keeps them in its unacked list, so a retry syncs again.
+                    err = StoreError(f"acknowledgement of {len(touched)} message(s) is not durable: {exc}")
+                    err.errno = exc.errno  # type: ignore[attr-defined]
+                    raise err from exc
                 # The renames are done: the messages are acknowledged.  Should a crash undo
                 # them, they come back redelivered (at-least-once), so raising here would only
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
@@ -654,26 +672,59 @@ class _Scanner:
         self._listed_at = -1e9
         self._list_cost = 0.0
         self._keys: dict[str, tuple] = {}
+        self._order: list[str] = []  # every name of the last listing, in delivery order
+        self._spread = 1  # batch multiplier: grows while competing consumers take the head
+        self._raced = 0  # races lost since the last listing
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
 
     def invalidate(self) -> None:
         self._batch, self._pos = [], 0
 
+    def lost_race(self) -> None:
+        """A competing consumer claimed the name just tried: it is working through the same
+        listing in the same order, so following it name by name would lose every race.  Jump
+        to a random place among the remaining names of the same priority instead; names
+        jumped over stay for the others or the next listing.  (A lone consumer never loses
+        a race, so its order is untouched.)"""
+        self._raced += 1
+        batch, lo = self._batch, self._pos
+        if lo >= len(batch):
+            return
+        k = self._keys
+        hi = bisect.bisect_right(batch, k[batch[lo]][0], lo=lo, key=lambda n: k[n][0])
+        if hi - lo > 1:
+            self._pos = random.randrange(lo, hi)
+
     def _stale(self, now: float) -> bool:
         return now - self._listed_at > max(self.settings.scan_interval, 10 * self._list_cost)
 
     def relist(self) -> None:
+        """List target/ and take the next batch.  Only names new since the last listing are
+        keyed and sorted; they are merged into the kept order (timsort merges two sorted
+        runs in linear time), so a relisting of a large backlog costs O(listing), not
+        O(n log n) key computations."""
         started = time.monotonic()
         names = self.box.list(State.NEW)
         keys = self._keys
-        self._keys = {n: keys.get(n) or codec.sort_key(n) for n in names}
+        self._keys = k = {n: keys.get(n) or codec.sort_key(n) for n in names}
+        fresh = [n for n in names if n not in keys]
+        order = [n for n in self._order if n in k] if len(k) - len(fresh) else []
+        if fresh:
+            fresh.sort(key=k.__getitem__)
+            order += fresh
+            if len(order) > len(fresh):
+                order.sort(key=k.__getitem__)
+        self._order = order
         if self.skip:
-            self.skip &= self._keys.keys()
-            names = [n for n in names if n not in self.skip]
-        size = max(self.settings.min_batch, len(names) // self.settings.batch_fraction)
-        k = self._keys
-        self._batch = heapq.nsmallest(size, names, key=k.__getitem__) if size < len(names) else sorted(
-            names, key=k.__getitem__)
+            self.skip &= k.keys()
+            order = [n for n in order if n not in self.skip]
+        if self._raced:  # competitors share the head of the listing: take a wider batch
+            self._spread = min(self._spread * 2, self.settings.batch_fraction)
+        elif self._spread > 1:
+            self._spread //= 2
+        self._raced = 0
+        size = max(self.settings.min_batch, len(order) * self._spread // self.settings.batch_fraction)
+        self._batch = order[:size]
         self._pos = 0
         self._listed_at = time.monotonic()
         self._list_cost = self._listed_at - started
@@ -817,6 +868,7 @@ class MessageConsumer:
         pname = codec.processing_name(self.session.connection.client_id, codec.with_delivery_count(name, count))
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
+                scanner.lost_race()
                 return None  # lost the race: normal, silent
         except StoreError as exc:
             if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
@@ -832,7 +884,13 @@ class MessageConsumer:
             body = box.read(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
             log.warning("unreadable message %s quarantined to error/: %s", name, exc)
-            box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+            try:
+                box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+            except StoreError:
+                # Not left in processing/: after a clean close() nobody would reclaim it
+                # (stress faults case: EIO on the read, then on the rename into error/).
+                box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
+                raise
             return None
         header.body = body
         header.destination = self.destination

@@ -157,7 +157,7 @@ class Dropbox:
         return self._dirs[state]
 
     def file(self, state: State, name: str) -> str:
-        return os.path.join(self._dirs[state], name)
+        return f"{self._dirs[state]}/{name}"  # a name never holds "/": no os.path.join needed
 
     def sync(self, *states: State) -> None:
         """fsync the given state directories (group commit of renames)."""
@@ -270,11 +270,13 @@ class Dropbox:
             if not stat.S_ISREG(st.st_mode):
                 raise NotARegularFile(path)
             chunks = []
+            want = max(st.st_size + 1, 65536)
             while True:
-                chunk = os.read(fd, max(st.st_size, 65536))
-                if not chunk:
+                chunk = os.read(fd, want)
+                if chunk:
+                    chunks.append(chunk)
+                if len(chunk) < want:  # a short read of a regular file is its end: no extra read()
                     break
-                chunks.append(chunk)
             return b"".join(chunks)
         finally:
             os.close(fd)
