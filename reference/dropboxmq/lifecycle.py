@@ -96,6 +96,18 @@ class Move(enum.Enum):
         return self.value
 
 
+#: Process-level actions of spec/Dropbox.tla: steps that move no message between states
+#: (writing and closing files and logs, listings, lost races, listeners, crashes, recovery).
+#: With the Move names they are every action of the spec (checked by tests/test_spec.py).
+PROCESS_ACTIONS: tuple[str, ...] = (
+    "CloseWrite", "WriteLog", "CloseLog", "EnterCommitting", "DeleteLogProd",
+    "AbortCommit", "DeleteRolledBackLog",
+    "List", "LoseRace", "Deliver", "ListenerReturns", "ListenerThrows",
+    "Acknowledge", "AckDone", "Recover", "RecoverDone",
+    "WriteLogCons", "DeleteLogCons",
+    "Tick", "Crash", "RecoverLog", "Restart",
+)
+
 #: The six directories of every dropbox, in lifecycle order.
 STATE_DIRS: tuple[str, ...] = tuple(s.value for s in State if s.value is not None)
 

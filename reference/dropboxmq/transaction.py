@@ -69,12 +69,17 @@ class TransactionLog:
         self.name = f"{codec.encode_field(client_id)}~{session_tag}~{seq}"
         self.entries: list[LogEntry] = []
         self._fd: int | None = None
+        self._rel: dict[str, str] = {}  # dropbox path -> its path relative to the root
 
     def _path(self, where: str) -> str:
         return str(transaction_dir(self.root) / where / self.name)
 
     def record(self, kind: str, box: Dropbox, name: str) -> None:
-        entry = LogEntry(kind, os.path.relpath(box.path, self.root), name)
+        key = str(box.path)
+        rel = self._rel.get(key)
+        if rel is None:
+            rel = self._rel[key] = os.path.relpath(key, self.root)
+        entry = LogEntry(kind, rel, name)
         if self._fd is None:
             self._fd = os.open(
                 self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
@@ -113,10 +118,18 @@ class TransactionLog:
         os.unlink(self._path(ROLLING_BACK))
 
 
+def _box(root: Path, rel: str, boxes: dict[str, Dropbox]) -> Dropbox:
+    box = boxes.get(rel)
+    if box is None:  # one Dropbox per directory, not one per entry
+        box = boxes[rel] = Dropbox(Path(root) / rel)
+    return box
+
+
 def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
     touched = []
+    boxes: dict[str, Dropbox] = {}
     for e in entries:
-        box = Dropbox(Path(root) / e.box)
+        box = _box(root, e.box, boxes)
         if e.kind == "send":
             box.move(Move.SEND, State.NOT_COMMITTED, e.name)
             touched.append((box, State.NEW))
@@ -124,15 +137,16 @@ def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
             box.move(Move.ACK, State.DELIVERED, e.name)
             touched.append((box, State.ACKNOWLEDGED))
     if durable:
-        if len({box.path for box, _ in touched}) > 2:
+        if len(boxes) > 2:  # the distinct dropboxes touched
             sync_file_system(root)
         else:
             sync_many(touched)
 
 
 def roll_back(root: Path, entries: list[LogEntry]) -> None:
+    boxes: dict[str, Dropbox] = {}
     for e in reversed(entries):
-        box = Dropbox(Path(root) / e.box)
+        box = _box(root, e.box, boxes)
         if e.kind == "send":
             box.move(Move.DISCARD, State.NOT_COMMITTED, e.name)
         else:

@@ -1,0 +1,145 @@
+"""The TLA+ specification (spec/) model-checked by TLC, mutants, witnesses, traces.
+
+Each TLC run is its own test so that pytest-xdist spreads them over the cores.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dropboxmq import lifecycle
+from dropboxmq import spec_check as sc
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+
+SPEC = sc.spec_dir()
+ALL = {m.name: m for m in sc.models(deep=False)}
+MUTANTS = sorted(n for n, m in ALL.items() if m.kind == "mutant" and m.cfg.startswith("mutants/"))
+WITNESSES = sorted(n for n, m in ALL.items() if m.kind == "witness")
+
+
+def test_jar_is_found():
+    assert sc.tla2tools_jar().is_file()
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in SPEC.glob("*.tla")))
+def test_sany_parses_clean(module):
+    ok, out = sc.sany(SPEC / module)
+    assert ok, out[-3000:]
+
+
+def test_sany_reports_semantic_errors(tmp_path):
+    # SANY exits 0 on semantic errors: make sure we catch them anyway
+    bad = tmp_path / "Bad.tla"
+    bad.write_text("---- MODULE Bad ----\nEXTENDS Naturals\nFoo == UndefinedThing + 1\n====\n")
+    ok, _ = sc.sany(bad)
+    assert not ok
+
+
+def test_action_names_match_lifecycle_table():
+    moves = {m.spec_action for m in lifecycle.Move}
+    assert moves == set(sc.LIFECYCLE_ACTIONS)
+    text = (SPEC / "Dropbox.tla").read_text()
+    for name in sc.ALL_ACTIONS:
+        assert f"\n{name}(" in text or f"\n{name} ==" in text, name
+    readme = (SPEC / "README.md").read_text()
+    for name in sc.ALL_ACTIONS:
+        assert f"`{name}`" in readme, f"{name} is not listed in spec/README.md"
+
+
+def test_state_names_match_lifecycle_table():
+    text = (SPEC / "Channel.tla").read_text()
+    for state in lifecycle.State:
+        assert f'"{state.name}"' in text
+
+
+def test_every_mutant_overrides_one_definition():
+    for name in MUTANTS:
+        cfg = (SPEC / ALL[name].cfg).read_text()
+        assert cfg.count("<- Mutant") == 1, name
+
+
+def test_quick_ci_model_passes():
+    o = sc.run_model(ALL["liveness_client_tx"], SPEC, workers="1")
+    assert o.ok, o.result.output[-3000:]
+    assert o.result.distinct and o.result.distinct > 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["safety_client_tx", "topics"])
+def test_ci_model_passes(name):
+    o = sc.run_model(ALL[name], SPEC, workers="1")
+    assert o.ok, o.result.output[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_is_rejected(name):
+    m = ALL[name]
+    o = sc.run_model(m, SPEC, workers="1")
+    assert o.result.exit_code == m.expect_code, o.result.output[-3000:]
+    assert sc._refinement_name(o.result) == m.expect_prop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WITNESSES)
+def test_witness_is_violated(name):
+    m = ALL[name]
+    o = sc.run_model(m, SPEC, workers="1")
+    assert o.ok, (o.actual, o.result.output[-2000:])
+
+
+def test_tlc_output_parsing():
+    out = (
+        "Error: Invariant OneState is violated.\n"
+        "1,234 states generated, 567 distinct states found, 0 states left on queue.\n"
+        "The coverage statistics at 2026\n"
+        "<Claim line 10, col 1 to line 12, col 3 of module Dropbox>: 3:9\n"
+        "<Ack line 20, col 1 to line 22, col 3 of module Dropbox>: 0:0\n"
+    )
+    distinct, generated, violated, cov = sc.parse_tlc_output(out)
+    assert (distinct, generated, violated) == (567, 1234, "OneState")
+    assert cov == {"Claim": 9, "Ack": 0}
+    res = sc.TlcResult(13, 1.0, 1, 1, None,
+                       "Error: Action property line 145, col 17 to line 145, col 30 of module Channel is violated.")
+    assert sc._refinement_name(res) == "Refinement"
+
+
+def test_render_trace_follows_identity_through_renames():
+    name = "4.17-1.T"
+    events = [
+        {"op": "create", "path": f"Q/incoming/working/{name}"},
+        {"op": "close_write", "path": f"Q/incoming/working/{name}"},
+        {"op": "rename", "src": f"Q/incoming/working/{name}", "dst": f"Q/incoming/target/{name}"},
+        {"op": "rename", "src": f"Q/incoming/target/{name}", "dst": f"Q/incoming/processing/cli~{name}"},
+        {"op": "rename", "src": f"Q/incoming/processing/cli~{name}",
+         "dst": f"Q/incoming/target/{name}.....JMSXDeliveryCountI=1"},
+        {"op": "create", "path": "dropboxmq/clients/cli"},
+    ]
+    rt, facts = sc.render_trace(events)
+    assert [e["op"] for e in rt.events] == ['"create"', '"close"', '"rename"', '"rename"', '"rename"']
+    assert {e["m"] for e in rt.events} == {"m1"}
+    assert rt.events[3]["c"] == "c1" and rt.events[4]["sc"] == "c1" and rt.events[4]["n"] == "1"
+    assert facts["clients"] == ["c1"] and facts["maxdel"] == 2
+
+
+@pytest.mark.slow
+def test_traces_accepted_and_rejected(tmp_path):
+    good, bad = SPEC / "traces" / "accepted.jsonl", SPEC / "traces" / "rejected.jsonl"
+    v_good, v_bad = sc.validate_traces([good, bad])
+    assert v_good.accepted, v_good
+    assert not v_bad.accepted
+    # the redelivery that forgot JMSXDeliveryCount is the first unmatched event
+    lines = [json.loads(x) for x in bad.read_text().splitlines() if x.strip()]
+    assert lines[v_bad.first_bad]["op"] == "rename"
+    assert "processing" in lines[v_bad.first_bad]["src"] and "target" in lines[v_bad.first_bad]["dst"]
+
+
+def test_malformed_trace_is_rejected(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"op": "frobnicate", "path": "x"}\n')
+    (v,) = sc.validate_traces([p])
+    assert not v.accepted and v.first_bad == 0
