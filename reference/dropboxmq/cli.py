@@ -578,6 +578,11 @@ def demo(ctx, producers, consumers, messages, queue) -> None:
 
 def _register_optional_groups() -> None:
     try:
+        from .audit import audit
+        main.add_command(audit)
+    except ImportError:  # audit support not present
+        pass
+    try:
         from dropboxmq.stress.cli import stress
         main.add_command(stress)
     except ImportError:

@@ -1,0 +1,435 @@
+"""``dropboxmq audit``: the stress checker's total-queue figures at scale, and a root-wide audit.
+
+Two audits:
+
+* **History figures** (``--history PATH``): Jepsen's total-queue figures exactly as
+  ``dropboxmq.stress.checker.check`` defines them -- lost, duplicated, unexpected, recovered,
+  in-doubt (plus attempted, acknowledged, ok) -- computed column-wise, so they scale to histories
+  of tens of millions of records.  PATH is a stress case directory (``history/*.jsonl`` +
+  ``final-state.json`` + ``case.json``), a directory of Parquet or flat JSON-lines files, or one
+  such file.  Two engines give identical figures:
+
+  - ``python`` (default): pyarrow in-process (Parquet / flat JSON-lines are read natively,
+    multi-threaded; the stress checker's own per-process JSON-lines are parsed and flattened);
+  - ``spark``: the same plan as Spark DataFrame operations (``local[*]`` unless
+    ``--master``): for histories larger than one machine's memory, or already on a cluster.
+
+* **Consistency** (``--root``, the default when no history is given): every message in exactly
+  one state, every name decodable, no orphans (processing/ entries of dead owners, working/
+  files no transaction log names, transaction logs of dead owners, non-regular files).
+
+The *flat history* is one row per (record, value): ``t`` (double), ``p``, ``type``, ``f``,
+``value`` (string), ``victim``, ``persistent`` (bool), ``foreign`` (bool).  A stress record whose
+``value`` is a list becomes one row per element, which is all the checker's figures look at.
+
+Figures (``stress/checker.py``; values are the test's message ids):
+
+* attempted = values of ``send invoke``; acknowledged = values of ``send ok``;
+  delivered = values of ``receive ok`` (not ``foreign``);
+* unexpected = delivered - attempted; recovered = (delivered & attempted) - acknowledged;
+  duplicated = values delivered twice or more; ok = delivered & acknowledged;
+* lost = acknowledged - delivered, except values the final state shows in processed/ by a
+  client that was killed (acked-unobserved), values in error/ (quarantined), and -- in a power-loss
+  case -- non-persistent sends (by the last ``send ok`` record of the value);
+* in-doubt = files left in working/ + processing/ by the final state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+FIGURES = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
+           "unexpected-count", "recovered-count", "in-doubt-count")
+FLAT_COLUMNS = ("t", "p", "type", "f", "value", "victim", "persistent", "foreign")
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass
+class HistorySource:
+    """Where a history lives and what comes with it."""
+
+    files: list[Path]
+    fmt: str  # "parquet" | "flat-jsonl" | "stress-jsonl"
+    final_state: dict = field(default_factory=dict)
+    power_loss: bool = False
+
+
+def _flat_schema():
+    import pyarrow as pa
+
+    return pa.schema([("t", pa.float64()), ("p", pa.string()), ("type", pa.string()), ("f", pa.string()),
+                      ("value", pa.string()), ("victim", pa.string()), ("persistent", pa.bool_()),
+                      ("foreign", pa.bool_())])
+
+
+def locate(path: str | Path) -> HistorySource:
+    """Find the history files under ``path`` and the case's final state."""
+    path = Path(path)
+    if path.is_file():
+        files, base = [path], path.parent
+    else:
+        base = path
+        hist = path / "history" if (path / "history").is_dir() else path
+        files = sorted(hist.rglob("*.parquet")) or sorted(hist.rglob("*.jsonl"))
+    if not files:
+        raise click.ClickException(f"no history (*.parquet or *.jsonl) under {path}")
+    if files[0].suffix == ".parquet":
+        fmt = "parquet"
+    else:
+        fmt = "flat-jsonl" if (base / "flat-history").exists() or _looks_flat(files[0]) else "stress-jsonl"
+    final, case = {}, {}
+    for d in (base, base / "history"):
+        if not final and (d / "final-state.json").exists():
+            final = json.loads((d / "final-state.json").read_text())
+        if not case and (d / "case.json").exists():
+            case = json.loads((d / "case.json").read_text())
+    return HistorySource(files, fmt, final, "power-loss" in case.get("nemeses", []))
+
+
+def _looks_flat(path: Path) -> bool:
+    """Flat JSON-lines: every value a string (never a list): decided on the first records."""
+    with open(path, "rb") as f:
+        for _, line in zip(range(200), f):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec.get("value"), list) or not set(rec) <= set(FLAT_COLUMNS):
+                return False
+    return True
+
+
+def _flatten_stress(files: list[Path]):
+    """The stress checker's records (``stress.history.read_file``) as a flat Arrow table."""
+    import pyarrow as pa
+
+    from dropboxmq.stress.history import read_file
+
+    cols: dict[str, list] = {c: [] for c in FLAT_COLUMNS}
+    for path in files:
+        for r in read_file(path):
+            v = r.get("value")
+            values = v if isinstance(v, list) else [v]
+            for one in values or [None]:
+                cols["t"].append(float(r.get("t", 0.0)))
+                cols["p"].append(str(r.get("p", "?")))
+                cols["type"].append(r.get("type"))
+                cols["f"].append(r.get("f"))
+                cols["value"].append(None if one is None else str(one))
+                cols["victim"].append(r.get("victim") or None)
+                cols["persistent"].append(r.get("persistent"))
+                cols["foreign"].append(r.get("foreign") is not None)
+    return pa.table(cols, schema=_flat_schema())
+
+
+def read_table(src: HistorySource):
+    """The whole history as one Arrow table (python engine)."""
+    import pyarrow as pa
+
+    if src.fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(f, columns=list(FLAT_COLUMNS)) for f in src.files]
+    elif src.fmt == "flat-jsonl":
+        import pyarrow.json as pj
+
+        opts = pj.ParseOptions(explicit_schema=_flat_schema(), unexpected_field_behavior="ignore")
+        tables = [pj.read_json(f, parse_options=opts) for f in src.files]
+    else:
+        return _flatten_stress(src.files)
+    return pa.concat_tables([t.cast(_flat_schema()) for t in tables])
+
+
+# ---------------------------------------------------------------- the final-state rule (shared)
+
+
+def _finish(counts: dict, lost_candidates: list[str], persistent_of: dict[str, Any], killed: set[str],
+            final_state: dict, power_loss: bool) -> dict:
+    """lost / acked-unobserved / quarantined, exactly as stress.checker.check decides them."""
+    processed_by: dict[str, str | None] = {}
+    for entry in final_state.get("processed", []):
+        if entry.get("value"):
+            processed_by[entry["value"]] = entry.get("client")
+    in_error = {e["value"] for e in final_state.get("error", []) if e.get("value")}
+    lost, unobserved, quarantined, lost_np = [], 0, 0, 0
+    for v in sorted(lost_candidates):
+        if v in processed_by and processed_by[v] in killed:
+            unobserved += 1
+            continue
+        if v in in_error:
+            quarantined += 1
+            continue
+        if power_loss and persistent_of.get(v) is False:
+            lost_np += 1
+            continue
+        lost.append(v)
+    counts.update({
+        "lost-count": len(lost),
+        "in-doubt-count": len(final_state.get("working", [])) + len(final_state.get("processing", [])),
+        "acked-unobserved-count": unobserved,
+        "quarantined-acknowledged-count": quarantined,
+        "lost-non-persistent-count": lost_np,
+        "lost": lost[:50],
+    })
+    return counts
+
+
+# ---------------------------------------------------------------- python engine (pyarrow)
+
+
+def figures_python(src: HistorySource) -> dict:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = read_table(src)
+    f, typ, value = table["f"], table["type"], table["value"]
+    has_value = pc.is_valid(value)
+
+    def values_where(mask) -> pa.Array:
+        return pc.unique(pc.filter(value, pc.and_(mask, has_value)))
+
+    attempted = values_where(pc.and_(pc.equal(f, "send"), pc.equal(typ, "invoke")))
+    sends_ok = table.filter(pc.and_(pc.and_(pc.equal(f, "send"), pc.equal(typ, "ok")), has_value))
+    acknowledged = pc.unique(sends_ok["value"])
+    recv = table.filter(pc.and_(pc.and_(pc.equal(f, "receive"), pc.equal(typ, "ok")),
+                                pc.and_(has_value, pc.invert(pc.fill_null(table["foreign"], False)))))
+    per_value = recv.group_by("value").aggregate([("value", "count")])
+    delivered = per_value["value"]
+    duplicated = pc.sum(pc.greater_equal(per_value["value_count"], 2)).as_py() or 0
+
+    def minus(a, b):
+        return pc.filter(a, pc.invert(pc.is_in(a, value_set=b)))
+
+    def both(a, b):
+        return pc.filter(a, pc.is_in(a, value_set=b))
+
+    unexpected = minus(delivered, attempted)
+    recovered = minus(both(delivered, attempted), acknowledged)
+    ok = both(delivered, acknowledged)
+    candidates = minus(acknowledged, delivered).to_pylist()
+    persistent_of: dict[str, Any] = {}
+    if src.power_loss and candidates:
+        last = sends_ok.filter(pc.is_in(sends_ok["value"], value_set=pa.array(candidates)))
+        last = last.sort_by([("t", "ascending")])
+        for v, per in zip(last["value"].to_pylist(), last["persistent"].to_pylist()):
+            persistent_of[v] = True if per is None else per  # the checker's .get("persistent", True)
+    kills = table.filter(pc.and_(pc.and_(pc.equal(f, "kill"), pc.equal(typ, "info")),
+                                 pc.is_valid(table["victim"])))
+    killed = {k for k in pc.unique(kills["victim"]).to_pylist() if k}
+    counts = {
+        "attempt-count": len(attempted),
+        "acknowledged-count": len(acknowledged),
+        "ok-count": len(ok),
+        "duplicated-count": int(duplicated),
+        "unexpected-count": len(unexpected),
+        "recovered-count": len(recovered),
+        "rows": table.num_rows,
+    }
+    return _finish(counts, candidates, persistent_of, killed, src.final_state, src.power_loss)
+
+
+# ---------------------------------------------------------------- spark engine
+
+
+def figures_spark(src: HistorySource, spark: Any = None, master: str = "local[*]") -> dict:
+    """The same plan as DataFrame operations; the small sets end on the driver."""
+    from pyspark.sql import functions as F
+
+    own = spark is None
+    if own:
+        import sys
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        spark = (SparkSession.builder.master(master).appName("dropboxmq-audit")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "8")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        schema = "t double, p string, type string, f string, value string, victim string, " \
+                 "persistent boolean, foreign boolean"
+        paths = [str(p) for p in src.files]
+        if src.fmt == "parquet":
+            df = spark.read.parquet(*paths).select(*FLAT_COLUMNS)
+        elif src.fmt == "flat-jsonl":
+            df = spark.read.schema(schema).json(paths)
+        else:  # the stress checker's own records: flatten on the driver (they are small)
+            df = spark.createDataFrame(_flatten_stress(src.files).to_pandas(), schema=schema)
+        df = df.where(F.col("f").isin("send", "receive", "kill"))
+        sends = df.where((F.col("f") == "send") & F.col("value").isNotNull())
+        attempted = sends.where(F.col("type") == "invoke").select("value").distinct()
+        acked = sends.where(F.col("type") == "ok").select("value").distinct()
+        recv = (df.where((F.col("f") == "receive") & (F.col("type") == "ok") & F.col("value").isNotNull()
+                         & ~F.coalesce(F.col("foreign"), F.lit(False)))
+                .groupBy("value").count())
+        flags = (recv.select("value", F.lit(True).alias("d"), (F.col("count") >= 2).alias("dup"))
+                 .join(attempted.select("value", F.lit(True).alias("a")), "value", "full")
+                 .join(acked.select("value", F.lit(True).alias("k")), "value", "full"))
+        flags = flags.persist()  # two passes: the counts, then the (few) lost candidates
+        d, a, k = (F.coalesce(F.col(c), F.lit(False)) for c in ("d", "a", "k"))
+        row = flags.agg(
+            F.sum(a.cast("long")).alias("attempt"), F.sum(k.cast("long")).alias("acked"),
+            F.sum((d & k).cast("long")).alias("ok"), F.sum(F.coalesce(F.col("dup"), F.lit(False)).cast("long")).alias("dup"),
+            F.sum((d & ~a).cast("long")).alias("unexpected"), F.sum((d & a & ~k).cast("long")).alias("recovered"),
+        ).collect()[0]
+        candidates = [r.value for r in flags.where(k & ~d).select("value").collect()]
+        persistent_of: dict[str, Any] = {}
+        if src.power_loss and candidates:
+            last = (sends.where((F.col("type") == "ok") & F.col("value").isin(candidates))
+                    .select("value", "t", "persistent").orderBy("t").collect())
+            for r in last:
+                persistent_of[r.value] = True if r.persistent is None else r.persistent
+        killed = {r.victim for r in df.where((F.col("f") == "kill") & (F.col("type") == "info")
+                                             & F.col("victim").isNotNull()).select("victim").distinct().collect()
+                  if r.victim}
+        counts = {
+            "attempt-count": int(row.attempt or 0), "acknowledged-count": int(row.acked or 0),
+            "ok-count": int(row.ok or 0), "duplicated-count": int(row.dup or 0),
+            "unexpected-count": int(row.unexpected or 0), "recovered-count": int(row.recovered or 0),
+        }
+        flags.unpersist()
+        return _finish(counts, candidates, persistent_of, killed, src.final_state, src.power_loss)
+    finally:
+        if own:
+            spark.stop()
+
+
+def figures(path: str | Path, engine: str = "python", **kw: Any) -> dict:
+    src = locate(path)
+    t0 = time.perf_counter()
+    out = figures_spark(src, **kw) if engine == "spark" else figures_python(src)
+    out["engine"] = engine
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
+# ---------------------------------------------------------------- consistency of a root
+
+
+def consistency(root: str | Path) -> dict:
+    """Every message in exactly one state, names decodable, no orphans."""
+    from . import codec, layout
+    from .clients import liveness
+    from .lifecycle import STATE_DIRS, State
+    from .transaction import log_owner, pending_logs, read_log
+
+    root = Path(root)
+    report: dict[str, Any] = {"dropboxes": 0, "messages": 0, "in-two-states": [], "undecodable": [],
+                              "orphan-processing": [], "orphan-working": [], "dead-owner-logs": [],
+                              "not-regular": [], "by-state": {s: 0 for s in STATE_DIRS}}
+    named_by_logs: set[tuple[str, str]] = set()
+    verdicts: dict[str, str] = {}
+
+    def alive(client: str) -> str:
+        if client not in verdicts:
+            verdicts[client] = liveness(root, client)
+        return verdicts[client]
+
+    for where, path in pending_logs(root):
+        owner = log_owner(path.name)
+        try:
+            entries = read_log(path)
+        except FileNotFoundError:
+            continue
+        named_by_logs.update((e.box, e.name) for e in entries if e.kind == "send")
+        if alive(owner) == "dead":
+            report["dead-owner-logs"].append(f"{where}/{path.name}")
+    for display, box in layout.all_dropboxes(root):
+        report["dropboxes"] += 1
+        rel = os.path.relpath(box.path, root)
+        seen: dict[str, str] = {}
+        for state_dir in STATE_DIRS:
+            state = State(state_dir)
+            for name in box.list(state):
+                report["messages"] += 1
+                report["by-state"][state_dir] += 1
+                try:
+                    import stat as _st
+
+                    if not _st.S_ISREG(box.stat(state, name).st_mode):
+                        report["not-regular"].append(f"{display}/{state_dir}/{name}")
+                except FileNotFoundError:
+                    continue  # moved while we looked: a live root
+                client, original = codec.split_processing_name(name)
+                if state in (State.NEW, State.NOT_COMMITTED):
+                    client, original = None, name
+                if codec._split_name(original) is None:
+                    report["undecodable"].append(f"{display}/{state_dir}/{name}")
+                mid = codec.decode_name(original, 0).message_id
+                if mid in seen and seen[mid] != state_dir:
+                    report["in-two-states"].append(f"{display}: {mid} in {seen[mid]}/ and {state_dir}/")
+                seen.setdefault(mid, state_dir)
+                if state is State.DELIVERED and (client is None or alive(client) != "alive"):
+                    report["orphan-processing"].append(f"{display}/{state_dir}/{name} "
+                                                       f"(owner {client or '?'}: {alive(client) if client else 'unknown'})")
+                if state is State.NOT_COMMITTED and (rel, name) not in named_by_logs:
+                    report["orphan-working"].append(f"{display}/working/{name}")
+    report["consistent"] = not (report["in-two-states"] or report["orphan-processing"]
+                                or report["orphan-working"] or report["dead-owner-logs"] or report["not-regular"])
+    return report
+
+
+# ---------------------------------------------------------------- the command
+
+
+@click.command("audit")
+@click.option("--engine", type=click.Choice(["python", "spark"]), default="python", show_default=True,
+              help="python: pyarrow in-process; spark: the same figures with Spark (huge or remote histories).")
+@click.option("--history", "history", type=click.Path(exists=True, path_type=Path),
+              help="A stress case directory, or Parquet / JSON-lines history files.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master for --engine spark.")
+@click.option("--consistency/--no-consistency", "check_root", default=None,
+              help="Also audit the root (default: only when no --history is given).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def audit(ctx: click.Context, engine: str, history: Path | None, master: str, check_root: bool | None,
+          as_json: bool) -> None:
+    """Total-queue figures from histories, and the consistency of the root's dropboxes.
+
+    Exit status 0 when everything checked is clean (no lost, unexpected; a consistent root), else 1.
+    """
+    if check_root is None:
+        check_root = history is None
+    out: dict[str, Any] = {}
+    clean = True
+    if history is not None:
+        kwargs = {"master": master} if engine == "spark" else {}
+        fig = figures(history, engine, **kwargs)
+        out["figures"] = fig
+        clean &= fig["lost-count"] == 0 and fig["unexpected-count"] == 0
+    if check_root:
+        root = ctx.obj["root"] if ctx.obj else Path(".")
+        if not os.path.isdir(root):
+            raise click.ClickException(f"no dropbox root at {root}")
+        out["consistency"] = consistency(root)
+        clean &= out["consistency"]["consistent"]
+    if as_json:
+        click.echo(json.dumps(out, indent=1, default=str))
+    else:
+        if "figures" in out:
+            fig = out["figures"]
+            rows = f", {fig['rows']} rows" if "rows" in fig else ""
+            click.echo(f"history ({fig['engine']}{rows}, {fig['seconds']} s): "
+                       + ", ".join(f"{k.removesuffix('-count')} {fig[k]}" for k in FIGURES))
+        if "consistency" in out:
+            c = out["consistency"]
+            click.echo(f"root: {c['dropboxes']} dropboxes, {c['messages']} messages "
+                       f"({', '.join(f'{k} {v}' for k, v in c['by-state'].items())}): "
+                       + ("consistent" if c["consistent"] else "INCONSISTENT"))
+            for key in ("in-two-states", "orphan-processing", "orphan-working", "dead-owner-logs", "not-regular",
+                        "undecodable"):
+                if c[key]:
+                    click.echo(f"  {key}: {len(c[key])}  e.g. {c[key][0]}")
+    ctx.exit(0 if clean else 1)

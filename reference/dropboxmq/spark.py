@@ -1,0 +1,868 @@
+"""Dropboxes as a PySpark data source and sink (short name ``dropboxmq``).
+
+Install with the ``dropboxmq[spark]`` extra, then::
+
+    from dropboxmq.spark import register
+    register(spark)
+
+    # batch read: a browse, one row per message; never moves a file
+    df = spark.read.format("dropboxmq").option("root", root).load("invoices")
+    # batch write: the whole job is one transaction
+    df.write.format("dropboxmq").option("root", root).mode("append").save("invoices")
+    # streaming read: claims, delivers in micro-batches, acks in commit(end)
+    s = (spark.readStream.format("dropboxmq").option("root", root)
+         .option("checkpointLocation", ckpt).option("maxMessagesPerTrigger", 1000).load("invoices"))
+    # streaming write: each micro-batch committed atomically, once per batch id
+    s.writeStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt2).start("out")
+
+Options: ``root`` (or $DROPBOXMQ_ROOT); read: ``include`` (comma list of processing, processed,
+expired, error, working, delayed, all; default: the browsable messages of target/), ``selector``,
+``numPartitions``; write: ``durable`` (default true: fsync each file), ``timeToLive`` (seconds);
+stream read: ``checkpointLocation`` (give the query's own: the consumer's identity, and where the
+reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
+``maxMessagesPerTrigger``, ``maxDeliveryAttempts`` (10), ``selector``; stream write:
+``checkpointLocation`` (or ``sinkId``).  Written rows: ``body`` (binary or string) or ``text`` or
+``value``; optional ``priority``, ``message_class``, ``correlation_id``, ``jms_type``, ``reply_to``,
+``delivery_mode``, ``time_to_live``, ``properties`` (map of strings); any other column becomes a
+typed property; the columns a read adds (state, name, message_id, timestamp, ...) are ignored,
+so a browse can be written back.
+
+Destinations: ``name`` is a queue; ``topic:a.b`` a topic (write: publish with fan-out to every
+matching subscription; read: its ``.incoming``); ``topic:a.b!<subId>`` one subscription (the display
+names of ``dropboxmq stat``).
+
+Theory of operation
+===================
+
+Spark follows exactly the protocol of every other client: names come from ``codec`` via
+``session.to_wire`` / ``from_wire``, every state change is a ``store.Dropbox.move`` of a
+``lifecycle.Move``, and commits go through ``transaction`` logs.
+
+*Batch read* lists the requested state directories on the driver (one listing, never one task per
+file), splits the names into a few partitions, and the tasks read the bodies.  Nothing moves.
+
+*Batch write*: each task attempt opens its own transaction log (client ``spark-job-<job>``, session
+``p<partition>a<attempt>``) and, exactly as a transacted session does, records each send in the log
+*before* creating the file in working/.  So every file is attributable to one task attempt.  The
+driver's ``commit`` gathers the logs of the attempts Spark committed (one per partition) into one
+log and commits it through the transaction log (fsync, rename into ``committing/`` -- the point of
+no return --, SEND every file, fsync target/); the logs of every other attempt (failed, retried,
+speculative) are rolled back (DISCARD).  ``abort`` rolls back every attempt.  The driver holds the
+job's client registration during the commit, so a driver killed inside it is a dead owner whose
+``committing/`` log any recoverer rolls forward.
+
+*Streaming read*: the query is a client whose id is derived from its checkpoint location
+(``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` claims up to
+``maxMessagesPerTrigger`` messages (the claim of ``MessageConsumer._try_claim``: selector, delivery
+time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records the
+processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
+atomically; the offset is ``{"seq": n}``.  ``partitions(start, end)`` reads the manifests, so a
+batch that Spark re-runs after a restart gets exactly the same messages.  ``commit(end)`` ACKs every
+manifest up to ``end`` (processing/ -> processed/) and only then deletes it.  At start the query
+holds its client registration (a dead query's claims become reclaimable by everybody, as for any
+client) and redelivers its own claims that no manifest names (a kill between claim and manifest).
+
+*Streaming write*: like the batch write, per micro-batch, with client ``spark-sink-<hash of the
+checkpoint>``.  The driver commit of batch ``b`` commits one log named ``...~b<b>~0`` and, after
+applying it, renames it into ``transaction/committed/`` where it stays as the proof that ``b`` was
+committed; a replay of ``b`` (after a crash between the sink commit and Spark's commit log) finds
+it and discards the replayed files instead of sending them twice.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import heapq
+import json
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from . import codec, layout, topics
+from .clients import Registration
+from .errors import InvalidClientIDError, StoreError
+from .lifecycle import Move, State
+from .message import (
+    CLASS_LETTERS,
+    DeliveryMode,
+    Message,
+    Property,
+    Queue,
+    Topic,
+    infer_letter,
+    message_for_letter,
+)
+from .session import (
+    DELIVERY_COUNT_PROP,
+    DELIVERY_MODE_PROP,
+    DELIVERY_TIME_PROP,
+    from_wire,
+    now_ms,
+    reclaim_dead_owners,
+    selector_for,
+    to_wire,
+)
+from .store import Dropbox, NotARegularFile, _fsync_dir, sync_many
+from .transaction import (
+    ASSOCIATED,
+    COMMITTING,
+    LogEntry,
+    TransactionLog,
+    ensure_layout,
+    read_log,
+    roll_back,
+    roll_forward,
+    transaction_dir,
+)
+
+SHORT_NAME = "dropboxmq"
+
+SCHEMA = (
+    "state string, name string, message_id string, priority int, timestamp timestamp, "
+    "message_class string, expiration timestamp, delivery_time timestamp, correlation_id string, "
+    "reply_to string, jms_type string, delivery_mode string, delivery_count int, redelivered boolean, "
+    "properties map<string,string>, body binary, text string"
+)
+
+#: Columns of SCHEMA a writer ignores (they are stamped at send or describe a file).
+_STAMPED = {"state", "name", "message_id", "timestamp", "delivery_time", "delivery_count", "redelivered",
+            "expiration"}
+_CLASS_BY_NAME = {v: k for k, v in CLASS_LETTERS.items()}
+_STATES_BY_WORD = {s.value: s for s in State if s.value is not None}
+
+
+def register(spark: Any) -> None:
+    """Register the ``dropboxmq`` format with a SparkSession."""
+    spark.dataSource.register(DropboxMQDataSource)
+
+
+# ---------------------------------------------------------------- destinations
+
+
+def _root(options: Any) -> Path:
+    root = options.get("root") or os.environ.get("DROPBOXMQ_ROOT")
+    if not root:
+        raise ValueError("dropboxmq: give the root with .option('root', DIR) (or set DROPBOXMQ_ROOT)")
+    return Path(root).resolve()
+
+
+def _destination(options: Any) -> str:
+    dest = options.get("path") or options.get("destination") or options.get("queue")
+    if not dest:
+        raise ValueError("dropboxmq: name the queue, topic:NAME or topic:NAME!SUBID in load()/save()/start()")
+    return dest
+
+
+def _read_box(root: Path, dest: str) -> Dropbox:
+    """The dropbox a reader looks at."""
+    if dest.startswith("topic:"):
+        topic, _, sub = dest[len("topic:"):].partition("!")
+        if sub:
+            if "/" in sub or sub.startswith("."):
+                raise ValueError(f"bad subscription id {sub!r}")
+            return topics.Subscription(layout.subscriptions_dir(root, Topic(topic)) / sub).box
+        return layout.topic_incoming(root, Topic(topic))
+    return layout.queue_box(root, Queue(dest))
+
+
+def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
+    """Where a send writes (the same rule as Connection._boxes_for_send)."""
+    if dest.startswith("topic:"):
+        topic, _, sub = dest[len("topic:"):].partition("!")
+        if sub:
+            raise ValueError("write to a topic (topic:NAME), not to one of its subscriptions")
+        return topics.fan_out_targets(root, Topic(topic), header, None)
+    return [layout.queue_box(root, Queue(dest)).ensure()]
+
+
+# ---------------------------------------------------------------- rows
+
+
+def _ts(ms: int | None) -> _dt.datetime | None:
+    if not ms:
+        return None
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _prop_text(p: Property) -> str:
+    v = p.value
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if p.letter == "F":
+        return codec.java_float_str(v)
+    if p.letter == "D":
+        return codec.java_double_str(v)
+    return str(v)
+
+
+def _header(state: State, name: str, now: int) -> Message:
+    """The headers a file name describes, as a consumer would see them in ``state``."""
+    client, original = codec.split_processing_name(name)
+    if state in (State.NEW, State.NOT_COMMITTED) or client is None:
+        return from_wire(name, now)  # the delivery count the next claim gives it
+    msg = codec.decode_name(original, now, claimed=True)  # claimed names carry the current count
+    props = msg.properties  # the provider properties, exactly as from_wire reads them
+    dt = props.pop(DELIVERY_TIME_PROP, None)
+    if dt is not None and isinstance(dt.value, int):
+        msg.delivery_time = dt.value
+    dm = props.pop(DELIVERY_MODE_PROP, None)
+    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
+        msg.delivery_mode = DeliveryMode.NON_PERSISTENT
+    return msg
+
+
+def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
+    letter = msg.class_letter
+    text = None
+    if letter == "T":
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    reply = msg.reply_to
+    props = {k: _prop_text(p) for k, p in msg.properties.items() if k != DELIVERY_COUNT_PROP}
+    return (
+        state.value, name, msg.message_id, msg.priority, _ts(msg.timestamp), CLASS_LETTERS.get(letter, letter),
+        _ts(msg.expiration), _ts(msg.delivery_time) if msg.delivery_time else None, msg.correlation_id,
+        str(reply) if reply is not None else None, msg.jms_type, msg.delivery_mode.name,
+        msg.delivery_count, msg.redelivered, props, body, text,
+    )
+
+
+class _Names(InputPartition):
+    """A slice of a driver-side listing: (state directory, file name) pairs of one dropbox."""
+
+    def __init__(self, box: str, items: list[tuple[str, str]]):
+        self.box = box
+        self.items = items
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    if not items:
+        return []
+    n = max(1, min(n, len(items)))
+    size = math.ceil(len(items) / n)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _default_partitions(options: Any, count: int) -> int:
+    if options.get("numPartitions"):
+        return max(1, int(options["numPartitions"]))
+    return max(1, min(16, count // 2000 + 1))
+
+
+def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
+    box = Dropbox(part.box)
+    now = now_ms()
+    for word, name in part.items:
+        state = _STATES_BY_WORD[word]
+        try:
+            body = box.read(state, name)
+        except FileNotFoundError:
+            continue  # moved since the listing (browse) -- never ours while claimed
+        except (NotARegularFile, OSError):
+            if dead_letter_unreadable and state is State.DELIVERED:
+                box.move(Move.DEAD_LETTER, State.DELIVERED, name)
+            continue
+        yield _row(state, name, _header(state, name, now), body)
+
+
+# ---------------------------------------------------------------- batch read
+
+
+class DropboxMQBatchReader(DataSourceReader):
+    """A browse: lists on the driver, reads bodies in tasks, moves nothing."""
+
+    def __init__(self, options: Any):
+        self.root = _root(options)
+        self.box = _read_box(self.root, _destination(options))
+        include = {w.strip().lower() for w in (options.get("include") or "").split(",") if w.strip()}
+        if "all" in include:
+            include |= {"processing", "processed", "expired", "error", "working", "delayed"}
+        unknown = include - {"processing", "processed", "expired", "error", "working", "delayed", "all"}
+        if unknown:
+            raise ValueError(f"dropboxmq: unknown include {sorted(unknown)} "
+                             "(processing, processed, expired, error, working, delayed, all)")
+        self.include = include
+        sel = options.get("selector")
+        self.selector = selector_for(sel) if sel and sel.strip() else None
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        now = now_ms()
+        items: list[tuple[str, str]] = []
+        for name in sorted(self.box.list(State.NEW), key=codec.sort_key):
+            msg = from_wire(name, now)
+            if msg.is_expired(now) and "expired" not in self.include:
+                continue
+            if msg.delivery_time > now and "delayed" not in self.include:
+                continue
+            if self.selector is not None and not self.selector.matches(msg):
+                continue
+            items.append((State.NEW.value, name))
+        for word in ("processing", "processed", "expired", "error", "working"):
+            if word in self.include:
+                state = _STATES_BY_WORD[word]
+                for name in sorted(self.box.list(state)):
+                    if self.selector is None or self.selector.matches(_header(state, name, now)):
+                        items.append((word, name))
+        parts = _chunks(items, _default_partitions(self.options, len(items)))
+        return [_Names(str(self.box.path), c) for c in parts] or [_Names(str(self.box.path), [])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        return _read_rows(partition, dead_letter_unreadable=False)
+
+
+# ---------------------------------------------------------------- writing (shared by batch and stream)
+
+
+def _current_batch() -> str | None:
+    """The micro-batch id of the running task (Spark sets it as a local property)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+
+
+def _task_identity() -> tuple[int, int, int]:
+    """(stage, partition, attempt) of the running task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0, 0
+    return ctx.stageId(), ctx.partitionId(), ctx.attemptNumber()
+
+
+def _message_from_row(row: Any, ttl_default: float) -> tuple[Message, float]:
+    d = row.asDict(recursive=False) if hasattr(row, "asDict") else dict(row)
+    body = d.pop("body", None)
+    text = d.pop("text", None)
+    value = d.pop("value", None)  # Spark's text/kafka convention
+    letter = d.pop("message_class", None)
+    if body is None:
+        body = text if text is not None else value
+    if isinstance(body, str):
+        body_bytes = body.encode("utf-8")
+        letter = letter or "T"
+    elif body is None:
+        body_bytes = b""
+        letter = letter or "M"
+    else:
+        body_bytes = bytes(body)
+        letter = letter or "B"
+    letter = _CLASS_BY_NAME.get(letter, letter)
+    if letter not in CLASS_LETTERS:
+        raise ValueError(f"unknown message_class {letter!r}")
+    msg = message_for_letter(letter)(body=body_bytes)
+    prio = d.pop("priority", None)
+    msg.priority = 4 if prio is None else int(prio)
+    if not 0 <= msg.priority <= 9:
+        raise ValueError(f"priority must be 0..9, got {msg.priority}")
+    msg.correlation_id = d.pop("correlation_id", None) or None
+    msg.jms_type = d.pop("jms_type", None) or None
+    reply = d.pop("reply_to", None)
+    if reply:
+        if reply.startswith("topic://"):
+            msg.reply_to = Topic(reply[8:])
+        elif reply.startswith("queue://"):
+            msg.reply_to = Queue(reply[8:])
+        elif reply[0] in "QT":
+            msg.reply_to = Queue(reply[1:]) if reply[0] == "Q" else Topic(reply[1:])
+        else:
+            msg.reply_to = Queue(reply)
+    mode = d.pop("delivery_mode", None)
+    if mode:
+        msg.delivery_mode = DeliveryMode[str(mode).upper()]
+    ttl = d.pop("time_to_live", None)
+    ttl = ttl_default if ttl is None else float(ttl)
+    props = d.pop("properties", None) or {}
+    for k, v in props.items():
+        if v is not None:
+            msg.set_property(k, str(v), "S")
+    for k, v in d.items():  # any other column: a typed property
+        if k in _STAMPED or v is None:
+            continue
+        msg.properties[k] = Property(infer_letter(v), v) if not isinstance(v, float) else Property("D", v)
+    return msg, ttl
+
+
+def _stamp(msg: Message, ttl: float) -> str:
+    """Headers stamped at send, exactly as MessageProducer._prepare does."""
+    msg.message_id = codec.new_message_id()
+    msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
+    msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
+    msg.delivery_time = msg.timestamp
+    msg.redelivered, msg.delivery_count = False, 1
+    return to_wire(msg)
+
+
+class _Attempt(WriterCommitMessage):
+    """What a task attempt tells the driver: the name of its transaction log and its count."""
+
+    def __init__(self, log_name: str, count: int):
+        self.log_name = log_name
+        self.count = count
+
+
+def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[Any], durable: bool,
+                ttl: float, fail_after: int = -1) -> _Attempt:
+    """Create every message in working/, each recorded in this attempt's log before its file exists."""
+    ensure_layout(root)
+    stage, part, attempt = _task_identity()
+    # unique per attempt even across driver restarts and zombie attempts
+    log = TransactionLog(root, client_id, f"{tag}.s{stage}p{part}a{attempt}.{uuid.uuid4().hex[:6]}", 0)
+    n = 0
+    try:
+        for row in rows:
+            if n == fail_after and attempt == 0:  # fault injection (tests): the first attempt dies
+                raise RuntimeError(f"dropboxmq: injected failure of task attempt {stage}.{part}.{attempt}")
+            msg, msg_ttl = _message_from_row(row, ttl)
+            name = _stamp(msg, msg_ttl)
+            for box in _write_boxes(root, dest, msg):
+                log.record("send", box, name)
+                try:
+                    box.create(name, msg.body, durable and msg.delivery_mode == DeliveryMode.PERSISTENT)
+                except StoreError as exc:
+                    if dest.startswith("topic:") and getattr(exc, "errno", None) == 2:
+                        continue  # subscription removed while we publish
+                    raise
+                n += 1
+    finally:
+        log._close(durable)  # the log names every file of this attempt, durably
+    return _Attempt(log.name, n)
+
+
+def _attempt_logs(root: Path, client_id: str, tag_prefix: str) -> list[Path]:
+    """Every attempt log of one job (or micro-batch) still in associated/: their session tags
+    start with ``tag_prefix``."""
+    prefix = f"{codec.encode_field(client_id)}~{tag_prefix}"
+    d = transaction_dir(root) / ASSOCIATED
+    try:
+        return [d / n for n in sorted(os.listdir(d)) if n.startswith(prefix)]
+    except FileNotFoundError:
+        return []
+
+
+def _discard_logs(root: Path, logs: list[Path]) -> None:
+    for path in logs:
+        try:
+            roll_back(root, read_log(path))
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _entries_of(root: Path, messages: list[Any]) -> tuple[list[LogEntry], set[str]]:
+    entries: list[LogEntry] = []
+    names: set[str] = set()
+    d = transaction_dir(root) / ASSOCIATED
+    for m in messages:
+        if isinstance(m, _Attempt):
+            names.add(m.log_name)
+            try:
+                entries.extend(read_log(d / m.log_name))
+            except FileNotFoundError:  # an empty partition never opened its log
+                pass
+    return entries, names
+
+
+class DropboxMQBatchWriter(DataSourceWriter):
+    """The whole write job is one transaction (see the module docstring)."""
+
+    def __init__(self, options: Any):
+        self.root = _root(options)
+        self.dest = _destination(options)
+        if not self.dest.startswith("topic:"):
+            layout.queue_box(self.root, Queue(self.dest)).ensure()
+        self.job = uuid.uuid4().hex[:16]
+        self.client_id = f"spark-job-{self.job}"
+        self.durable = (options.get("durable") or "true").lower() != "false"
+        self.ttl = float(options.get("timeToLive") or 0)
+        self.fail_after = int(options.get("failFirstAttemptAfter") or -1)  # tests: fault injection
+        ensure_layout(self.root)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_task(self.root, self.dest, self.client_id, "job", iterator, self.durable, self.ttl,
+                           self.fail_after)
+
+    def commit(self, messages: list[Any]) -> None:
+        reg = Registration(self.root, self.client_id)  # a driver dying inside commit = a dead owner
+        try:
+            entries, committed = _entries_of(self.root, messages)
+            log = TransactionLog(self.root, self.client_id, "commit", 0)
+            for e in entries:
+                log.record(e.kind, Dropbox(self.root / e.box), e.name)
+            log.commit(durable=self.durable)  # point of no return inside; SEND all; fsync target/s
+            # every other attempt (failed, retried, speculative) is rolled back; the committed
+            # ones' logs are just dropped (their files were SENT: DISCARD would be a no-op)
+            for path in _attempt_logs(self.root, self.client_id, "job.s"):
+                if path.name in committed:
+                    os.unlink(path)
+            _discard_logs(self.root, _attempt_logs(self.root, self.client_id, "job.s"))
+        finally:
+            reg.release()
+
+    def abort(self, messages: list[Any]) -> None:
+        _discard_logs(self.root, _attempt_logs(self.root, self.client_id, "job.s"))
+
+
+# ---------------------------------------------------------------- streaming write
+
+
+def _checkpoint_hash(options: Any, what: str) -> str:
+    key = options.get("consumerId") if what == "source" else options.get("sinkId")
+    if not key:
+        ckpt = options.get("checkpointLocation")
+        if not ckpt:
+            raise ValueError(f"dropboxmq: a streaming {what} needs .option('checkpointLocation', DIR) "
+                             f"(the same as the query's) or .option('{'consumerId' if what == 'source' else 'sinkId'}', ID)")
+        key = os.path.realpath(ckpt.removeprefix("file:"))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
+
+
+class DropboxMQStreamWriter(DataSourceStreamWriter):
+    """Each micro-batch is one transaction, committed at most once per batch id."""
+
+    def __init__(self, options: Any):
+        self.root = _root(options)
+        self.dest = _destination(options)
+        if not self.dest.startswith("topic:"):
+            layout.queue_box(self.root, Queue(self.dest)).ensure()
+        self.client_id = f"spark-sink-{_checkpoint_hash(options, 'sink')}"
+        self.durable = (options.get("durable") or "true").lower() != "false"
+        self.ttl = float(options.get("timeToLive") or 0)
+        self.run = uuid.uuid4().hex[:8]  # this query run: attempt logs of a crashed run are told apart
+        ensure_layout(self.root)
+
+    def _tag(self, batch_id: int | str) -> str:
+        return f"b{batch_id}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        batch = _current_batch()
+        tag = f"{self._tag(batch if batch is not None else 'x')}.{self.run}"
+        return _write_task(self.root, self.dest, self.client_id, tag, iterator, self.durable, self.ttl)
+
+    def _batch_log(self, where: str, batch_id: int) -> Path:
+        return transaction_dir(self.root) / where / f"{codec.encode_field(self.client_id)}~b{batch_id}~0"
+
+    def _stale_attempts(self, batch_id: int) -> list[Path]:
+        """Attempt logs of micro-batch ``batch_id`` (of any run of this query) still open."""
+        return _attempt_logs(self.root, self.client_id, f"b{batch_id}.")
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        committed_dir = transaction_dir(self.root) / "committed"
+        os.makedirs(committed_dir, exist_ok=True)
+        done = self._batch_log("committed", batchId)
+        committing = self._batch_log(COMMITTING, batchId)
+        if committing.exists():  # a crash inside an earlier commit of this batch: finish it
+            roll_forward(self.root, read_log(committing), durable=True)
+            os.rename(committing, done)
+        if not done.exists():
+            started = self._batch_log(ASSOCIATED, batchId)
+            if started.exists():  # an earlier commit died before its point of no return
+                _discard_logs(self.root, [started])
+            entries, _ = _entries_of(self.root, messages)
+            log = TransactionLog(self.root, self.client_id, f"b{batchId}", 0)
+            for e in entries:
+                log.record(e.kind, Dropbox(self.root / e.box), e.name)
+            log._close(True)
+            if not entries:
+                Path(log._path(ASSOCIATED)).touch()
+            os.rename(log._path(ASSOCIATED), committing)
+            _fsync_dir(str(committing.parent))
+            # ---- point of no return ----
+            roll_forward(self.root, entries, durable=self.durable)
+            os.rename(committing, done)
+            _fsync_dir(str(committed_dir))
+            kept = {m.log_name for m in messages if isinstance(m, _Attempt)}
+            for p in self._stale_attempts(batchId):
+                if p.name in kept:
+                    os.unlink(p)
+        # a replay of a committed batch, failed attempts: their files are never sent
+        _discard_logs(self.root, self._stale_attempts(batchId))
+        self._prune(batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        _discard_logs(self.root, self._stale_attempts(batchId))
+
+    def _prune(self, batch_id: int, keep: int = 1000) -> None:
+        """Keep the proofs of the last ``keep`` batches (Spark retains far fewer)."""
+        if batch_id % 100:
+            return
+        d = transaction_dir(self.root) / "committed"
+        prefix = f"{codec.encode_field(self.client_id)}~b"
+        for n in os.listdir(d):
+            if n.startswith(prefix):
+                try:
+                    b = int(n[len(prefix):].split("~")[0])
+                except ValueError:
+                    continue
+                if b < batch_id - keep:
+                    os.unlink(d / n)
+
+
+# ---------------------------------------------------------------- streaming read
+
+
+def _streams_dir(root: Path, client_id: str) -> Path:
+    return Path(root) / layout.INTERNAL / "spark" / "streams" / codec.encode_field(client_id)
+
+
+class DropboxMQStreamReader(DataSourceStreamReader):
+    """A competing consumer that claims in latestOffset and acknowledges in commit(end)."""
+
+    def __init__(self, options: Any):
+        self.root = _root(options)
+        self.dest = _destination(options)
+        self.box = _read_box(self.root, self.dest)
+        if not self.dest.startswith("topic:"):
+            self.box.ensure()
+        # the query's client id: given (clientId), else derived from its checkpoint
+        self.client_id = options.get("clientId") or f"spark-{_checkpoint_hash(options, 'source')}"
+        self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 0)
+        self.max_attempts = int(options.get("maxDeliveryAttempts") or 10)
+        self.recovery_interval = float(options.get("recoveryInterval") or 2.0)
+        sel = options.get("selector")
+        self.selector_text = sel if sel and sel.strip() else None
+        self.options = options
+        self.dir = _streams_dir(self.root, self.client_id)
+        self._registration: Registration | None = None
+        self._last_recovery = -1e9
+        self._skip: set[str] = set()
+        self._spark_committed: int | None = None  # the last batch of commits/ already acknowledged
+
+    # --- the query's client identity, taken on first use (the driver's long-lived reader)
+    def _ensure_registered(self) -> None:
+        if self._registration is not None:
+            return
+        ensure_layout(self.root)
+        os.makedirs(self.dir, exist_ok=True)
+        deadline = time.monotonic() + float(self.options.get("registrationTimeout") or 60)
+        while True:
+            try:
+                self._registration = Registration(self.root, self.client_id)
+                break
+            except InvalidClientIDError:
+                if time.monotonic() > deadline:
+                    raise  # the same checkpoint is in use by a live query
+                time.sleep(0.2)  # a killed predecessor's process may still be exiting
+        # claims of ours that no manifest names (killed between claim and manifest): give back
+        named = set()
+        for seq in self._seqs():
+            named.update(self._manifest(seq))
+        for pname in self.box.list(State.DELIVERED):
+            client, original = codec.split_processing_name(pname)
+            if client == self.client_id and pname not in named:
+                self.box.move(Move.REDELIVER, State.DELIVERED, pname, original)
+        self._commit_what_spark_committed()
+
+    def _seqs(self) -> list[int]:
+        try:
+            return sorted(int(n[:-5]) for n in os.listdir(self.dir) if n.endswith(".json") and n[:-5].isdigit())
+        except FileNotFoundError:
+            return []
+
+    def _manifest_path(self, seq: int) -> Path:
+        return self.dir / f"{seq}.json"
+
+    def _manifest(self, seq: int) -> list[str]:
+        try:
+            with open(self._manifest_path(seq), encoding="utf-8") as f:
+                return json.load(f)["names"]
+        except FileNotFoundError:
+            return []
+
+    def _write_manifest(self, seq: int, names: list[str]) -> None:
+        tmp = self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"box": os.path.relpath(self.box.path, self.root), "names": names}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, self._manifest_path(seq))
+        _fsync_dir(str(self.dir))
+
+    # --- Spark's calls
+    def initialOffset(self) -> dict:
+        self._ensure_registered()
+        seqs = self._seqs()  # a new query over an old consumer id redelivers its leftovers first
+        return self._offset(seqs[0] - 1 if seqs else 0)
+
+    def _offset(self, seq: int) -> dict:
+        return {"seq": seq, "consumer": self.client_id}
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger > 0 else ReadAllAvailable()
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        self._ensure_registered()
+        if start is None:
+            seqs = self._seqs()
+            start = {"seq": seqs[-1] if seqs else 0}
+        seq = int(start["seq"])
+        self._commit_what_spark_committed()  # the last batch is acked without waiting for another
+        if self._manifest_path(seq + 1).exists():  # planned by a run that died before logging it
+            return self._offset(seq + 1)
+        cap = getattr(limit, "max_rows", None) or self.max_per_trigger or 0
+        claimed = self._claim(cap if cap > 0 else 1 << 62)
+        if not claimed:
+            return self._offset(seq)
+        self._write_manifest(seq + 1, claimed)
+        return self._offset(seq + 1)
+
+    def _claim(self, cap: int) -> list[str]:
+        """Claim up to ``cap`` messages exactly as MessageConsumer._try_claim does."""
+        box = self.box
+        mono = time.monotonic()
+        if mono - self._last_recovery > self.recovery_interval:
+            self._last_recovery = mono
+            reclaim_dead_owners(self.root, box)
+        names = box.list(State.NEW)
+        self._skip &= set(names)
+        names = [n for n in names if n not in self._skip]
+        if cap < len(names) // 2:  # a big backlog: only the head of the delivery order
+            names = heapq.nsmallest(cap * 2 + 64, names, key=codec.sort_key)
+        else:
+            names.sort(key=codec.sort_key)
+        selector = selector_for(self.selector_text) if self.selector_text else None
+        out: list[str] = []
+        now = now_ms()
+        for name in names:
+            if len(out) >= cap:
+                break
+            header = from_wire(name, now)
+            if selector is not None and not selector.matches(header):
+                self._skip.add(name)
+                continue
+            if header.delivery_time > now:
+                continue
+            if header.is_expired(now):
+                box.move(Move.EXPIRE, State.NEW, name)
+                continue
+            count = header.delivery_count
+            pname = codec.processing_name(self.client_id, codec.with_delivery_count(name, count))
+            try:
+                if not box.move(Move.CLAIM, State.NEW, name, pname):
+                    continue  # lost the race
+            except StoreError:
+                self._skip.add(name)
+                continue
+            if count > self.max_attempts:
+                box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+                continue
+            out.append(pname)
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        items: list[tuple[str, str]] = []
+        for seq in range(int(start["seq"]) + 1, int(end["seq"]) + 1):
+            items.extend((State.DELIVERED.value, n) for n in self._manifest(seq))
+        return [_Names(str(self.box.path), c) for c in _chunks(items, _default_partitions(self.options, len(items)))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        return _read_rows(partition, dead_letter_unreadable=True)
+
+    def commit(self, end: dict) -> None:
+        """ACK every message of every batch up to ``end``, then forget those manifests."""
+        self._ensure_registered()
+        upto = int(end["seq"])
+        done = [s for s in self._seqs() if s <= upto]
+        touched = False
+        for seq in done:
+            for pname in self._manifest(seq):
+                touched |= self.box.move(Move.ACK, State.DELIVERED, pname)
+        if touched:
+            sync_many([(self.box, State.ACKNOWLEDGED)])
+        for seq in done:
+            try:
+                os.unlink(self._manifest_path(seq))
+            except FileNotFoundError:
+                pass
+
+    def _commit_what_spark_committed(self) -> None:
+        """Spark calls ``commit`` on a source only when it plans the *next* batch, so the last
+        batch would stay unacknowledged until more data arrives (or forever, for a query that
+        stops).  When the query's checkpoint (``checkpointLocation``: give the reader the same as
+        the query) records a batch in ``commits/`` -- the proof that the sink has it --, call
+        ``commit`` with its end offset, as Spark itself does on the next batch.  Checked at every
+        trigger, at start and at stop."""
+        ckpt = self.options.get("checkpointLocation")
+        if not ckpt:
+            return
+        ckpt = Path(ckpt.removeprefix("file:"))
+        try:
+            done = sorted(int(n) for n in os.listdir(ckpt / "commits") if n.isdigit())
+        except FileNotFoundError:
+            return
+        if not done or done[-1] == self._spark_committed:
+            return
+        self._spark_committed = done[-1]
+        try:
+            lines = (ckpt / "offsets" / str(done[-1])).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        for line in lines[2:]:
+            try:
+                off = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(off, dict) and off.get("consumer") == self.client_id:
+                self.commit(off)
+
+    def stop(self) -> None:
+        try:
+            if self._registration is not None:
+                self._commit_what_spark_committed()
+        except (OSError, ValueError, StoreError):
+            pass
+        if self._registration is not None:
+            self._registration.release()
+            self._registration = None
+
+
+# ---------------------------------------------------------------- the data source
+
+
+class DropboxMQDataSource(DataSource):
+    """``spark.read/readStream/write/writeStream.format("dropboxmq")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DropboxMQBatchReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("dropboxmq: a dropbox is appended to (mode 'append'); overwrite is not supported")
+        return DropboxMQBatchWriter(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DropboxMQStreamReader(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return DropboxMQStreamWriter(self.options)
