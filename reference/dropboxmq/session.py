@@ -118,8 +118,10 @@ def to_wire(msg: Message) -> str:
         msg.properties, msg.delivery_count = saved
 
 
-def from_wire(name: str, now: int | None = None) -> Message:
-    msg = codec.decode_name(name, now)
+def from_wire(name: str, now: int | None = None, claimed: bool = False) -> Message:
+    """The message a file name describes; ``claimed``: a processing/processed name, which
+    carries the current delivery count rather than the previous one."""
+    msg = codec.decode_name(name, now, claimed=claimed)
     props = msg.properties
     dt = props.pop(DELIVERY_TIME_PROP, None)
     if dt is not None and isinstance(dt.value, int):

@@ -109,8 +109,6 @@ from .message import (
 )
 from .session import (
     DELIVERY_COUNT_PROP,
-    DELIVERY_MODE_PROP,
-    DELIVERY_TIME_PROP,
     from_wire,
     now_ms,
     reclaim_dead_owners,
@@ -218,15 +216,7 @@ def _header(state: State, name: str, now: int) -> Message:
     client, original = codec.split_processing_name(name)
     if state in (State.NEW, State.NOT_COMMITTED) or client is None:
         return from_wire(name, now)  # the delivery count the next claim gives it
-    msg = codec.decode_name(original, now, claimed=True)  # claimed names carry the current count
-    props = msg.properties  # the provider properties, exactly as from_wire reads them
-    dt = props.pop(DELIVERY_TIME_PROP, None)
-    if dt is not None and isinstance(dt.value, int):
-        msg.delivery_time = dt.value
-    dm = props.pop(DELIVERY_MODE_PROP, None)
-    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
-        msg.delivery_mode = DeliveryMode.NON_PERSISTENT
-    return msg
+    return from_wire(original, now, claimed=True)  # claimed names carry the current count
 
 
 def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
