@@ -490,6 +490,11 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
     dead_n: list[int] = []
     expiring: set[str] = set()
     purgeable: set[str] = set()
+    # the model's n of each message (File.n: the count a name in target/ carries),
+    # and the count its current name carries; they differ in processing/ and
+    # after: 1.2's claim writes the *current* delivery count (n + 1) into the name
+    model_n: dict[str, int] = {}
+    name_n: dict[str, int] = {}
 
     def client(name: str) -> str:
         if name not in clients:
@@ -521,7 +526,17 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 emit(k, op='"logrename"', lg=ident, to=f'"{d[1]}"')
                 continue
             owner = _owner(d[2]) if d[1] == "processing" else None
-            n = _count(d[2])
+            cnt = _count(d[2])
+            prev_n, prev_k = model_n.get(ident, _count(s[2])), name_n.get(ident, _count(s[2]))
+            if d[1] == "target":
+                n = cnt                    # a name in target/ carries n itself
+            elif s[1] == "target" and d[1] == "processing" and cnt == prev_n + 1:
+                n = prev_n                 # a claim stamping the current count (1.2)
+            elif d[1] != "processing" and cnt == prev_k:
+                n = prev_n                 # name unchanged: Ack/Expire/DeadLetter keep n
+            else:
+                n = cnt                    # (a claim keeping the name: cnt = n)
+            model_n[ident], name_n[ident] = n, cnt
             max_n = max(max_n, n)
             if s[1] == "processing" and d[1] == "error":
                 dead_n.append(n)
