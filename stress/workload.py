@@ -35,6 +35,26 @@ def make_body(value: str, size: int) -> bytes:
     return core + b"%08x" % zlib.crc32(core)
 
 
+def record_receive(hist, msg, mode: str, **extra) -> str | None:
+    """Record one received message (consumer loop and drain alike); returns its value, or None
+    for a foreign file.  A torn body's value is not trusted: ours only if the name says so."""
+    value, intact = parse_body(msg.body or b"")
+    prop = msg.get_property(VALUE_PROP)
+    if not intact:
+        value = prop if isinstance(prop, str) else None
+    rec = {"redelivered": bool(msg.redelivered), "count": msg.delivery_count, **extra,
+           "lat": time.time() - msg.timestamp / 1000.0, "mode": mode}
+    if ESCAPE_SECRET in (msg.body or b""):
+        hist.record("info", "escape", None, name=msg.message_id)
+    if value is None:
+        rec["foreign"] = msg.message_id
+    elif not intact or (isinstance(prop, str) and prop != value):
+        rec["corrupt"] = True
+        rec["size"] = len(msg.body or b"")
+    hist.ok("receive", value, **rec)
+    return value
+
+
 def parse_body(body: bytes) -> tuple[str | None, bool]:
     """(value, intact).  value None: not one of ours (foreign or empty)."""
     try:
@@ -251,20 +271,7 @@ def consumer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
                 break
             continue
         received += 1
-        value, intact = parse_body(msg.body or b"")
-        prop = msg.get_property(VALUE_PROP)
-        if not intact:  # a torn body's value is not trusted: ours only if the name says so
-            value = prop if isinstance(prop, str) else None
-        rec = {"redelivered": bool(msg.redelivered), "count": msg.delivery_count, "prio": msg.priority,
-               "lat": time.time() - msg.timestamp / 1000.0, "mode": mode}
-        if ESCAPE_SECRET in (msg.body or b""):
-            hist.record("info", "escape", None, name=msg.message_id)
-        if value is None:
-            rec["foreign"] = msg.message_id
-        elif not intact or (isinstance(prop, str) and prop != value):
-            rec["corrupt"] = True
-            rec["size"] = len(msg.body or b"")
-        hist.ok("receive", value, **rec)
+        value = record_receive(hist, msg, mode, prio=msg.priority)
         if mode in ("client", "transacted"):
             pending.append(value if value is not None else msg.message_id)
             if len(pending) >= batch:
@@ -301,20 +308,7 @@ def drain(root: str | Path, queue: str, hist_dir: str | Path, name: str = "drain
             hist.fail("receive", None, err="empty")
             break
         n += 1
-        value, intact = parse_body(msg.body or b"")
-        prop = msg.get_property(VALUE_PROP)
-        if not intact:  # a torn body's value is not trusted: ours only if the name says so
-            value = prop if isinstance(prop, str) else None
-        rec = {"redelivered": bool(msg.redelivered), "count": msg.delivery_count, "mode": "drain",
-               "lat": time.time() - msg.timestamp / 1000.0}
-        if ESCAPE_SECRET in (msg.body or b""):
-            hist.record("info", "escape", None, name=msg.message_id)
-        if value is None:
-            rec["foreign"] = msg.message_id
-        elif not intact or (isinstance(prop, str) and prop != value):
-            rec["corrupt"] = True
-            rec["size"] = len(msg.body or b"")
-        hist.ok("receive", value, **rec)
+        value = record_receive(hist, msg, "drain")
         hist.invoke("ack", [value])
         session.acknowledge()
         hist.ok("ack", [value])
