@@ -240,8 +240,11 @@ class Watcher:
         self._pending_from.clear()
 
     def _moved_away(self, path: str, is_dir: bool) -> None:
+        self._deleted(path, is_dir, moved_out=True)
+
+    def _deleted(self, path: str, is_dir: bool, **extra) -> None:
         rel = self._rel(path)
-        rec = {"op": "delete", "path": rel, "moved_out": True}
+        rec = {"op": "delete", "path": rel, **extra}
         if is_dir:
             rec["kind"] = "dir"
             self._forget_dir(path)
@@ -331,13 +334,7 @@ class Watcher:
                     self._known_files.add(rel)
                 self._emit(rec)
             elif mask & flags.DELETE:
-                rec = {"op": "delete", "path": rel}
-                if is_dir:
-                    rec["kind"] = "dir"
-                    self._forget_dir(path)
-                else:
-                    self._known_files.discard(rel)
-                self._emit(rec)
+                self._deleted(path, is_dir)
 
 
 def read_trace(path: str | Path) -> list[dict]:
