@@ -259,6 +259,21 @@ static void fsync_dir(const char *path) {
     close(fd);
 }
 static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* one listing of dir (dot-files skipped), sorted; *n = how many */
+static char **list_sorted(const char *dir, long cap, long *n) {
+    DIR *d = opendir(dir); if (!d) die("opendir", dir);
+    long nn = 0; char **names = malloc(cap * sizeof *names);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
+        names[nn++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof *names, cmp);
+    *n = nn;
+    return names;
+}
 
 /* fill DIR START COUNT SIZE PREFIX SUFFIX: COUNT files PREFIX<START+i>-<10 digits>SUFFIX in DIR */
 static int fill(char **av) {
@@ -313,16 +328,7 @@ static int cycle(char **av) {
     double t1 = now();
     if (mode >= 2) { printf("%ld %.9f 0 0\n", sent, t1 - t0); return 0; }
     double r0 = now();
-    DIR *d = opendir(target); if (!d) die("opendir", target);
-    long cap = sent + 16, nn = 0; char **names = malloc(cap * sizeof *names);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
-        names[nn++] = strdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, nn, sizeof *names, cmp);
+    long nn; char **names = list_sorted(target, sent + 16, &nn);
     for (long i = 0; i < nn && got < sent; i++) {
         snprintf(a, sizeof a, "%s/%.200s", target, names[i]);
         snprintf(b, sizeof b, "%s/c0000000001~%.200s", proc, names[i]);
@@ -350,17 +356,8 @@ static int claim(char **av) {
     double t0 = now();
     long got = 0;
     for (;;) {
-        DIR *d = opendir(target); if (!d) die("opendir", target);
-        long cap = 1024, nn = 0; char **names = malloc(cap * sizeof *names);
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
-            names[nn++] = strdup(e->d_name);
-        }
-        closedir(d);
+        long nn; char **names = list_sorted(target, 1024, &nn);
         if (!nn) break;
-        qsort(names, nn, sizeof *names, cmp);
         long start = (long)(rand_r(&seed) % (unsigned)nn);
         for (long j = 0; j < nn; j++) {
             const char *n = names[(start + j) % nn];
