@@ -635,11 +635,7 @@ class MessageProducer:
                 for box, name, _ in created:  # those already SENT are gone from working/: no-op
                     box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                 raise
-            renamed = [(box, State.NEW) for box, _, durable in created if durable]
-            if len({box.path for box, _ in renamed}) > 2:
-                sync_file_system(root)
-            else:
-                sync_many(renamed)
+            sync_many((box, State.NEW) for box, _, durable in created if durable)
 
 
 def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool) -> bool:

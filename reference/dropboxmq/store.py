@@ -361,10 +361,12 @@ def sync_file_system(path: Path | str) -> None:
 
 
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
-    """fsync each distinct (dropbox, state directory) once."""
-    seen = set()
-    for box, state in boxes:
-        key = box.dir(state)
-        if key not in seen:
-            seen.add(key)
-            _fsync_dir(key)
+    """Make renames into the given state directories durable: fsync each distinct directory
+    once, or, past two directories (a fan-out, a transaction over many dropboxes), one
+    syncfs of their file system (one root is one file system: renames need that)."""
+    dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
+    if len(dirs) > 2:
+        sync_file_system(dirs[0])
+        return
+    for d in dirs:
+        _fsync_dir(d)

@@ -137,10 +137,7 @@ def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
             box.move(Move.ACK, State.DELIVERED, e.name)
             touched.append((box, State.ACKNOWLEDGED))
     if durable:
-        if len(boxes) > 2:  # the distinct dropboxes touched
-            sync_file_system(root)
-        else:
-            sync_many(touched)
+        sync_many(touched)
 
 
 def roll_back(root: Path, entries: list[LogEntry]) -> None:
