@@ -318,10 +318,9 @@ def _print_message(msg, as_json: bool) -> None:
 
 def _check_selector(selector: str | None) -> None:
     """Parse the selector before touching the root, so a typo costs nothing."""
-    if selector and selector.strip():
-        from .selector import parse
+    from .session import _parse_selector
 
-        parse(selector)  # InvalidSelectorError: one line, exit 1
+    _parse_selector(selector)  # InvalidSelectorError: one line, exit 1
 
 
 @main.command()

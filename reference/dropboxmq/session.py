@@ -931,11 +931,7 @@ class QueueBrowser:
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self._selector = None
-        if selector and selector.strip():
-            from .selector import parse
-
-            self._selector = parse(selector)
+        self._selector = _parse_selector(selector)
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()
