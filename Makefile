@@ -27,9 +27,8 @@ $(STAMP): pyproject.toml
 
 REPORTS := reports
 
-# `run` stays under a minute: TLC trace validation (~20 s a trace here) is left to `make conformance`.
-run: setup          ## the main job: the conformance suite on the embedded default (reference, shell, broken examples)
-	$(DMQ) conformance run --no-tlc --out $(REPORTS)/conformance --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
+run: setup          ## the main job: the conformance suite on the embedded default (reference, shell, broken examples), TLC included
+	$(DMQ) conformance run --out $(REPORTS)/conformance --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
 conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml judges one implementation, ONLY=check id
 	$(DMQ) conformance run $(if $(IMPL),--impl $(IMPL)) $(if $(ONLY),--only $(ONLY)) --out $(REPORTS)/conformance \

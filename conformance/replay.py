@@ -23,16 +23,17 @@ subscription removed with its messages is the end of a destination, not a
 message move).  Records the watcher synthesized from a scan (``synthetic``)
 establish a state without judging how it was reached.
 
-TLC validation (when the trace is small): :func:`tlc_validate` hands a
-one-dropbox excerpt of the trace to the spec's trace validation
-(``dropboxmq.spec_check``), and reports *inconclusive* when that is not
-available.
+TLC validation (when the trace is small enough): :func:`tlc_job` writes a
+one-dropbox excerpt of the trace, and :func:`run_tlc_jobs` hands a whole
+batch of them to the spec's trace validation (``dropboxmq.spec_check``) at
+once, so that TLC's start-up is paid per group of traces, not per trace.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,9 +258,20 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
 
 @dataclass
 class TlcOutcome:
-    status: str  # "pass" | "fail" | "inconclusive"
+    status: str  # "pass" | "fail" | "inconclusive" | "too-large"
     detail: str
-    first_bad: dict | None = None
+    first_bad: dict | None = None  # the trace record no Dropbox step matches
+    context: list[dict] = field(default_factory=list)  # the records around it
+    timeline: list[dict] = field(default_factory=list)  # its message's states up to it
+
+
+@dataclass
+class TlcJob:
+    """A one-dropbox excerpt of a trace, written out for TLC."""
+
+    key: Any
+    path: Path
+    records: list[dict]
 
 
 def message_excerpt(records: list[dict], box: str) -> list[dict]:
@@ -286,60 +298,60 @@ def _is_message(path: str) -> bool:
     return codec.decode_name(name).message_id != "ID:" + name
 
 
-def _find_validator():
-    try:
-        from dropboxmq import spec_check  # type: ignore[attr-defined]
-    except Exception as exc:  # not written yet, or its imports fail
-        return None, f"dropboxmq.spec_check is not available ({type(exc).__name__}: {exc})"
-    for name in ("validate_trace", "validate_traces", "validate_trace_file", "check_trace"):
-        fn = getattr(spec_check, name, None)
-        if callable(fn):
-            return fn, name
-    return None, "dropboxmq.spec_check has no validate_trace function yet"
-
-
-def _interpret(result: Any) -> TlcOutcome:
-    """Accept the shapes a validator may return: bool, dict, or an object with ok/status."""
-    if isinstance(result, bool):
-        return TlcOutcome("pass" if result else "fail", "TLC accepted the trace" if result else "TLC rejected it")
-    get = (result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d))
-    status = get("status")
-    ok = get("ok", get("valid", get("passed", get("accepted"))))
-    detail = str(get("detail", get("message", get("reason", ""))) or "")
-    bad = get("first_bad", get("first_bad_event", get("counterexample")))
-    if isinstance(bad, int):
-        bad = {"index": bad}
-    if status in ("pass", "fail", "inconclusive"):
-        return TlcOutcome(status, detail, bad)
-    if ok is None:
-        return TlcOutcome("inconclusive", f"could not read the validator's answer: {result!r}"[:300])
-    return TlcOutcome("pass" if ok else "fail", detail or ("TLC accepted the trace" if ok else "TLC rejected it"), bad)
-
-
-def tlc_validate(records: list[dict], workdir: Path, box: str = "Q1/incoming",
-                 max_events: int = TLC_MAX_EVENTS) -> TlcOutcome:
+def tlc_job(key: Any, records: list[dict], workdir: Path, box: str = "Q1/incoming",
+            max_events: int = TLC_MAX_EVENTS) -> TlcJob | TlcOutcome:
+    """The TLC job for one trace, or the outcome already known (nothing to validate, too large)."""
     excerpt = message_excerpt(records, box)
     if not excerpt:
         return TlcOutcome("inconclusive", f"no message events of {box} to validate")
     if len(excerpt) > max_events:
-        return TlcOutcome("inconclusive", f"trace too large for TLC ({len(excerpt)} events > {max_events})")
-    fn, how = _find_validator()
-    if fn is None:
-        return TlcOutcome("inconclusive", how)
+        return TlcOutcome("too-large", f"{len(excerpt)} message events, over the TLC limit of {max_events} "
+                          "(the fast replay judged it)")
     path = Path(workdir) / f"tlc-{box.replace('/', '_')}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for rec in excerpt:
             f.write(json.dumps(rec) + "\n")
+    return TlcJob(key, path, excerpt)
+
+
+def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) -> dict[Any, TlcOutcome]:
+    """One batch of TLC trace validations (spec_check.validate_traces) for all the jobs."""
+    if not jobs:
+        return {}
+    from dropboxmq import spec_check
+
     try:
-        if how == "validate_traces":  # one TLC run for a list of traces -> a list of results
-            result = fn([path])
-            if isinstance(result, dict):
-                result = result.get(path, result.get(str(path), next(iter(result.values()), None)))
-            elif isinstance(result, (list, tuple)):
-                result = result[0] if result else None
+        verdicts = spec_check.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
+        return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}") for j in jobs}
+    out: dict[Any, TlcOutcome] = {}
+    for job, v in zip(jobs, verdicts):
+        if v.accepted:
+            out[job.key] = TlcOutcome("pass", f"TLC accepted all {len(job.records)} message events")
+        elif not v.decided:
+            out[job.key] = TlcOutcome("inconclusive", v.reason)
         else:
-            result = fn(path)
-    except Exception as exc:  # TLC missing, Java missing, spec not ready ...
-        return TlcOutcome("inconclusive", f"spec_check.{how} raised {type(exc).__name__}: {exc}"[:400])
-    return _interpret(result)
+            bad = job.records[v.first_bad] if v.first_bad is not None and v.first_bad < len(job.records) else None
+            where = f"event #{bad.get('seq')}" if bad else "the trace"
+            k = v.first_bad or 0
+            out[job.key] = TlcOutcome("fail", f"TLC rejected {where}: {v.reason}", bad,
+                                      job.records[max(0, k - 4):k + 3],
+                                      timeline_until(job.records, k, "REJECTED by TLC") if bad else [])
+    return out
+
+
+def timeline_until(records: list[dict], k: int, verdict: str) -> list[dict]:
+    """The states of the message that record ``k`` moves, as the replay saw them up to it,
+    then ``verdict`` (a counterexample timeline for a rejection the replay did not find)."""
+    bad = records[k]
+    path = bad.get("src") or bad.get("path") or ""
+    try:
+        mid = _mid(_orig(path.rsplit("/", 1)[-1]))
+    except Exception:  # a name the codec cannot read: show the event alone
+        mid = None
+    before = replay(records[:k])
+    steps = [st for tr in before.tracks.values() if mid is not None and _mid(tr.name) == mid for st in tr.steps]
+    steps.sort(key=lambda st: st.seq)
+    steps.append(Step(bad.get("seq", -1), bad.get("t", 0.0), bad.get("op", "?"), verdict, None, path))
+    return [st.as_dict() for st in steps]

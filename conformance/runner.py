@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import checks as C
-from . import suite
+from . import replay, suite
 from .checks import CHECKS, Result
 from .manifest import Manifest
 
@@ -34,6 +34,10 @@ class ImplReport:
     results: list[Result] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    #: TLC validations waiting for the batch (run_all runs all implementations' at once)
+    tlc_jobs: list = field(default_factory=list)
+    tlc_known: list = field(default_factory=list)
+    overflowed: set[str] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -89,7 +93,10 @@ def wanted_checks(only: list[str] | None) -> set[str] | None:
 
 
 def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = True,
-             tick: Callable[[str], None] | None = None) -> ImplReport:
+             tick: Callable[[str], None] | None = None, defer_tlc: bool = False,
+             tlc_max_events: int = replay.TLC_MAX_EVENTS) -> ImplReport:
+    """Run every scenario the manifest can play and judge it.  model.tlc is decided by
+    finish_tlc, here at the end, or (defer_tlc) by the caller for many reports at once."""
     rep = ImplReport(m)
     started = time.monotonic()
     impl_out = out / m.name
@@ -115,8 +122,15 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
             for r in results:
                 raw.setdefault(r.check, []).append(r)
         if scenarios and (only is None or any(c.startswith("model.") for c in only)):
-            for r in suite.model_results(m, scenarios, tlc=tlc):
+            for r in suite.model_results(m, scenarios):
                 raw.setdefault(r.check, []).append(r)
+        if scenarios and (only is None or "model.tlc" in only):
+            if tlc:
+                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, scenarios, tlc_max_events)
+                raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation pending")]
+            else:
+                raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)")]
+        rep.overflowed = {s.name for s in scenarios if s.watcher.overflowed}
         suite.downgrade_overflowed([r for rs in raw.values() for r in rs], scenarios)
     except Exception as exc:  # a bug of ours, or an environment problem: report, never hide
         import traceback
@@ -134,13 +148,34 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
             why = f"the manifest has no {role} command" if role and not m.has(role) else "not run"
             rep.results.append(C.skipped(check.id, why))
     rep.seconds = time.monotonic() - started
+    if tlc and not defer_tlc:
+        finish_tlc([rep])
     return rep
+
+
+def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
+    """Decide model.tlc for these reports with one batch of TLC runs; returns its seconds."""
+    started = time.monotonic()
+    jobs = [j for rep in reports for j in rep.tlc_jobs]
+    outcomes = replay.run_tlc_jobs(jobs, parallel=parallel)
+    for rep in reports:
+        if not (rep.tlc_jobs or rep.tlc_known):
+            continue
+        per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
+        result = suite.tlc_result(per_scenario)
+        if result.status == C.PASS and rep.overflowed & {n for n, _ in per_scenario}:
+            result.status = C.INCONCLUSIVE
+            result.summary = "trace overflowed (events lost): " + result.summary
+        rep.results = [result if r.check == "model.tlc" else r for r in rep.results]
+        rep.tlc_jobs, rep.tlc_known = [], []
+    return time.monotonic() - started
 
 
 @dataclass
 class RunSummary:
     reports: list[ImplReport]
     seconds: float
+    tlc_seconds: float = 0.0   # of which the TLC batch
 
     @property
     def broken(self) -> list[ImplReport]:
@@ -159,17 +194,29 @@ class RunSummary:
 
 def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, tlc: bool = True,
             jobs: int = 3, tick: Callable[[str], None] | None = None,
-            done: Callable[[ImplReport], None] | None = None) -> RunSummary:
+            done: Callable[[ImplReport], None] | None = None,
+            tlc_max_events: int = replay.TLC_MAX_EVENTS) -> RunSummary:
+    """Judge every implementation (jobs at a time), then validate all their traces with TLC
+    in one batch; done(report) is called as each implementation's verdict is final."""
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     reports: dict[str, ImplReport] = {}
     # the slowest (the reference, with its Python start-ups) first
     order = sorted(manifests, key=lambda m: (m.has("adapter"), m.has("consume")), reverse=True)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_impl, m, out, only, tlc, tick): m for m in order}
+        futs = {pool.submit(run_impl, m, out, only, tlc, tick, True, tlc_max_events): m for m in order}
         for f in as_completed(futs):
             r = f.result()
             reports[r.name] = r
-            if done:
+            if done and not (r.tlc_jobs or r.tlc_known):
                 done(r)
-    return RunSummary([reports[m.name] for m in manifests], time.monotonic() - started)
+    waiting = [r for r in reports.values() if r.tlc_jobs or r.tlc_known]
+    tlc_seconds = 0.0
+    if waiting:
+        if tick:
+            tick(f"TLC: validating {sum(len(r.tlc_jobs) for r in waiting)} traces")
+        tlc_seconds = finish_tlc(waiting)
+        for r in waiting:
+            if done and r.name in reports:
+                done(r)
+    return RunSummary([reports[m.name] for m in manifests], time.monotonic() - started, tlc_seconds)

@@ -32,7 +32,7 @@ from dropboxmq.message import Property, TextMessage
 from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
-from .replay import locate, replay, tlc_validate
+from .replay import TLC_MAX_EVENTS, TlcJob, TlcOutcome, locate, replay, tlc_job
 from .watcher import Watcher
 
 QUEUE = "Q1"
@@ -64,6 +64,19 @@ def make_layout(root: Path, box: str = BOX) -> None:
         os.makedirs(box_dir(root, d, box), exist_ok=True)
 
 
+#: Held while the suite has a message file open for writing and while it forks: a child
+#: forked mid-write (by another implementation's thread) would hold the file open until
+#: its exec, and the inotify close_write would then come *after* the rename into target/
+#: (the trace of a producer that renames before closing).
+_FORK_LOCK = threading.Lock()
+
+
+def spawn(cmd: str, **kw) -> subprocess.Popen:
+    """A manifest command under /bin/sh, in its own process group."""
+    with _FORK_LOCK:
+        return subprocess.Popen(["/bin/sh", "-c", cmd], start_new_session=True, **kw)
+
+
 def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
         props: dict | None = None, box: str = BOX) -> tuple[str, str]:
     """Send one message the protocol's way (create in working/, close, rename into target/)."""
@@ -74,7 +87,7 @@ def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
         msg.properties[k] = Property("S", str(v))
     name = codec.encode_name(msg)
     work = box_dir(root, "working", box) / name
-    with open(work, "xb") as f:
+    with _FORK_LOCK, open(work, "xb") as f:
         f.write(body)
     os.rename(work, box_dir(root, "target", box) / name)
     return msg.message_id.removeprefix("ID:"), name
@@ -89,7 +102,7 @@ def put_raw(root: Path, name: str, body: bytes | None = None, *, symlink_to: str
     elif symlink_to is not None:
         os.symlink(symlink_to, work)
     else:
-        with open(work, "xb") as f:
+        with _FORK_LOCK, open(work, "xb") as f:
             f.write(body or b"")
     os.rename(work, box_dir(root, "target", box) / name)
 
@@ -110,8 +123,7 @@ class Proc:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = log_dir / f"{label}.out", log_dir / f"{label}.err"
         self._out, self._err = open(self.out_path, "wb"), open(self.err_path, "wb")
-        self.p = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=self._out,
-                                  stderr=self._err, env=env, start_new_session=True)
+        self.p = spawn(cmd, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env)
         self.timed_out = False
 
     def signal(self, sig: int) -> None:
@@ -730,8 +742,8 @@ class Adapter:
         cmd = sc.manifest.command("adapter", root=sc.root, client_id=client_id, queue=QUEUE, out=sc.dir)
         sc.dir.joinpath("logs").mkdir(parents=True, exist_ok=True)
         self._err = open(sc.dir / "logs" / f"adapter-{label or client_id}.err", "wb")
-        self.p = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self._err, env=environ(sc.manifest), start_new_session=True)
+        self.p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                       env=environ(sc.manifest))
         self.timeout = timeout
         self.log: list[tuple[dict, dict]] = []
         self._buf = b""
@@ -996,7 +1008,8 @@ def session_scenario(m: Manifest, out: Path, only: set[str] | None = None) -> tu
 # ====================================================================== model
 
 
-def model_results(m: Manifest, scenarios: list[Scenario], tlc: bool = True, tlc_budget: int = 2) -> list[Result]:
+def model_results(m: Manifest, scenarios: list[Scenario]) -> list[Result]:
+    """model.trace-complete and model.replay (model.tlc: tlc_jobs / tlc_result)."""
     res: list[Result] = []
     over = [s.name for s in scenarios if s.watcher.overflowed]
     gaps = {s.name: s.watcher.gaps for s in scenarios if s.watcher.gaps}
@@ -1027,23 +1040,48 @@ def model_results(m: Manifest, scenarios: list[Scenario], tlc: bool = True, tlc_
         comb = C.passed("model.replay", f"{len(rep)} traces, {total} message events, all legal moves of "
                         "lifecycle.TRANSITIONS")
     res.append(comb)
-    if not tlc:
-        res.append(C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)"))
-        return res
-    outs = []
-    small = sorted(scenarios, key=lambda s: len(s.records))[:tlc_budget]
-    for s in small:
-        o = tlc_validate(s.records, s.dir)
-        ev = {"scenario": s.name}
+    return res
+
+
+def tlc_jobs(m: Manifest, scenarios: list[Scenario],
+             max_events: int = TLC_MAX_EVENTS) -> tuple[list[TlcJob], list[tuple[str, TlcOutcome]]]:
+    """TLC jobs for every scenario's trace, and the outcomes known without TLC."""
+    jobs: list[TlcJob] = []
+    known: list[tuple[str, TlcOutcome]] = []
+    for s in scenarios:
+        j = tlc_job((m.name, s.name), s.records, s.dir, max_events=max_events)
+        if isinstance(j, TlcJob):
+            jobs.append(j)
+        else:
+            known.append((s.name, j))
+    return jobs, known
+
+
+def tlc_result(outcomes: list[tuple[str, TlcOutcome]]) -> Result:
+    """model.tlc from the outcome of each scenario's trace: it fails if TLC rejected one,
+    passes if it accepted at least one and rejected none (traces over the size limit are
+    named but left to the replay), and is inconclusive otherwise."""
+    judged = [(n, o) for n, o in outcomes if o.status in (C.PASS, C.FAIL, C.INCONCLUSIVE)
+              and not (o.status == C.INCONCLUSIVE and o.detail.startswith("no message events"))]
+    large = [n for n, o in outcomes if o.status == "too-large"]
+    rest = f"; over the size limit, replay only: {', '.join(large)}" if large else ""
+    fails = [(n, o) for n, o in judged if o.status == C.FAIL]
+    if fails:
+        n, o = fails[0]
+        ev: dict = {"scenario": n}
         if o.first_bad:
             ev["record"] = o.first_bad
-        outs.append(C.Result("model.tlc", o.status, f"{s.name}: {o.detail}", ev))
-    if outs and all(o.status == C.INCONCLUSIVE for o in outs):
-        details = {o.summary.split(": ", 1)[-1] for o in outs}
-        if len(details) == 1:
-            outs = [C.inconclusive("model.tlc", f"{details.pop()} ({len(outs)} trace(s) not validated)")]
-    res.append(C.combine("model.tlc", outs) if outs else C.inconclusive("model.tlc", "no trace"))
-    return res
+            ev["trace"] = o.context
+            ev["timeline"] = o.timeline
+        return C.Result("model.tlc", C.FAIL, f"{n}: {o.detail}", ev)
+    passed = [n for n, o in judged if o.status == C.PASS]
+    unsure = [(n, o) for n, o in judged if o.status == C.INCONCLUSIVE]
+    if passed and not unsure:
+        return C.passed("model.tlc", f"TLC accepted {len(passed)} trace(s): {', '.join(passed)}{rest}")
+    if unsure:
+        n, o = unsure[0]
+        return C.inconclusive("model.tlc", f"{n}: {o.detail}{rest}", scenario=n)
+    return C.inconclusive("model.tlc", "no trace small enough for TLC" + rest)
 
 
 def downgrade_overflowed(results: list[Result], scenarios: list[Scenario]) -> None:

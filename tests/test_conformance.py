@@ -235,7 +235,7 @@ def test_watcher_reports_overflow_and_the_run_is_inconclusive(tmp_path):
     sc.close()
     assert sc.watcher.overflowed
     assert any(r["op"] == "overflow" for r in read_trace(sc.dir / "trace.jsonl"))
-    model = {r.check: r for r in suite.model_results(m, [sc], tlc=False)}
+    model = {r.check: r for r in suite.model_results(m, [sc])}
     assert model["model.trace-complete"].status == C.INCONCLUSIVE
     results = [C.passed("producer.exit-clean", "ok", scenario="produce")]
     suite.downgrade_overflowed(results, [sc])
@@ -295,17 +295,39 @@ def test_replay_ignores_directories_dotfiles_and_internal_files():
     assert R.replay(_seq(recs)).ok
 
 
-def test_tlc_is_inconclusive_without_a_validator_and_reads_its_verdicts(tmp_path, monkeypatch):
+def test_tlc_job_knows_empty_and_too_large_traces_without_tlc(tmp_path):
     recs = _seq(_life())
-    monkeypatch.setattr(R, "_find_validator", lambda: (None, "not available"))
-    assert R.tlc_validate(recs, tmp_path).status == "inconclusive"
-    monkeypatch.setattr(R, "_find_validator", lambda: (lambda p: {"ok": True}, "validate_trace"))
-    assert R.tlc_validate(recs, tmp_path).status == "pass"
-    monkeypatch.setattr(R, "_find_validator", lambda: (lambda p: {"ok": False, "first_bad_event": 3},
-                                                       "validate_trace"))
-    out = R.tlc_validate(recs, tmp_path)
-    assert out.status == "fail" and out.first_bad == {"index": 3}
-    assert R.tlc_validate(recs, tmp_path, max_events=2).status == "inconclusive"  # too large for TLC
+    assert R.tlc_job("k", [], tmp_path).status == "inconclusive"
+    assert R.tlc_job("k", recs, tmp_path, max_events=2).status == "too-large"
+    job = R.tlc_job("k", recs, tmp_path)
+    assert isinstance(job, R.TlcJob) and job.path.is_file() and len(job.records) == len(recs)
+
+
+def test_tlc_result_fails_on_a_rejection_and_names_traces_left_to_the_replay():
+    ok, bad = R.TlcOutcome("pass", "accepted"), R.TlcOutcome("fail", "TLC rejected event #3", {"seq": 3})
+    big = R.TlcOutcome("too-large", "1500 message events")
+    r = suite.tlc_result([("produce", ok), ("consume-contention", big)])
+    assert r.status == C.PASS and "consume-contention" in r.summary
+    r = suite.tlc_result([("produce", ok), ("consume-basic", bad)])
+    assert r.status == C.FAIL and r.evidence["record"] == {"seq": 3}
+    assert suite.tlc_result([("consume-contention", big)]).status == C.INCONCLUSIVE
+    undecided = R.TlcOutcome("inconclusive", "TLC timed out after 300 s")
+    assert suite.tlc_result([("produce", ok), ("consume-basic", undecided)]).status == C.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("name, expected", [("shell", C.PASS), ("rename-before-close", C.FAIL),
+                                            ("copy-then-delete", C.FAIL)])
+def test_model_tlc_against_real_tlc(name, expected, tmp_path):
+    """model.tlc with TLC itself: the shell implementation's traces are behaviours of
+    spec/Dropbox.tla; a producer that renames before closing and a consumer that copies
+    are not, and the report shows the first rejected event on its message's timeline."""
+    m = M.load(SHELL / "shell.toml") if name == "shell" else SHIPPED(name)
+    rep = runner.run_impl(m, tmp_path, only={"model.tlc"}, tlc=True)
+    r = result(rep, "model.tlc")
+    assert r.status == expected, (r.summary, r.evidence)
+    if expected == C.FAIL:
+        assert r.evidence["record"]["seq"] >= 0
+        assert r.evidence["timeline"][-1]["state"] == "REJECTED by TLC"
 
 
 def test_manifests_load_and_fill_placeholders(tmp_path):

@@ -143,3 +143,48 @@ def test_malformed_trace_is_rejected(tmp_path):
     p.write_text('{"op": "frobnicate", "path": "x"}\n')
     (v,) = sc.validate_traces([p])
     assert not v.accepted and v.first_bad == 0
+
+
+def test_trace_module_names_every_action_of_the_spec(tmp_path):
+    """The generated trace module steps Dropbox only through named actions (Act, Free,
+    ListBeforeClaim): every action of the spec must be there, or trace validation would
+    silently reject behaviours that use it.  LoseRace alone is left out on purpose: it
+    changes nothing but a stale listing, which the trace module never keeps."""
+    events = [{"op": "create", "path": "Q/working/4.1-1.T"}]
+    rt, facts = sc.render_trace(events)
+    module, _cfg = sc.write_trace_model(tmp_path, (), 1, [(0, rt, facts)], 0)
+    text = module.read_text()
+    used = {a for a in sc.ALL_ACTIONS if f"{a}(" in text or f" {a}\n" in text or f"{a} " in text}
+    assert set(sc.ALL_ACTIONS) - used == {"LoseRace"}
+    ok, out = sc.sany(module)
+    assert ok, out[-2000:]
+
+
+def _race_trace(n: int) -> list[dict]:
+    """A producer sends n messages; two consumers claim them alternately from listings
+    taken once at the start (stale after the first claim), ack each, one loses a race."""
+    q = "Q1/incoming"
+    names = [f"4.17000000000{i:02d}-00000000{i:02d}.T" for i in range(n)]
+    ev: list[dict] = []
+    for nm in names:
+        ev += [{"op": "create", "path": f"{q}/working/{nm}"}, {"op": "close_write", "path": f"{q}/working/{nm}"},
+               {"op": "rename", "src": f"{q}/working/{nm}", "dst": f"{q}/target/{nm}"}]
+    for i, nm in enumerate(names):
+        c = ("c-a", "c-b")[i % 2]
+        claimed = f"{q}/processing/{c}~{nm}.....JMSXDeliveryCountI=1"
+        ev += [{"op": "rename", "src": f"{q}/target/{nm}", "dst": claimed},
+               {"op": "rename", "src": claimed, "dst": f"{q}/processed/{c}~{nm}.....JMSXDeliveryCountI=1"}]
+    return ev
+
+
+def test_two_consumer_race_trace_is_accepted_and_a_double_claim_rejected(tmp_path):
+    good, bad = tmp_path / "race.jsonl", tmp_path / "double.jsonl"
+    events = _race_trace(30)
+    good.write_text("".join(json.dumps(e) + "\n" for e in events))
+    # the second consumer "claims" a message the first already took: a copy, not a rename
+    q, nm = "Q1/incoming", "4.1700000000000-0000000000.T"
+    dup = {"op": "create", "path": f"{q}/processing/c-b~{nm}.....JMSXDeliveryCountI=1"}
+    bad.write_text("".join(json.dumps(e) + "\n" for e in events[:91] + [dup] + events[91:]))
+    v_good, v_bad = sc.validate_traces([good, bad], timeout=300)
+    assert v_good.accepted, v_good
+    assert not v_bad.accepted and v_bad.decided and v_bad.first_bad == 91

@@ -32,12 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import click
 
-from .lifecycle import PROCESS_ACTIONS, Move
+from .lifecycle import PROCESS_ACTIONS, IllegalMove, Move, State, move_between, state_of_directory
 
 # TLC exit codes (tlc2.output.EC.ExitStatus)
 EXIT_OK = 0
@@ -444,6 +445,42 @@ def _count(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+#: a log renamed into these directories: the step of Dropbox that does it
+_LOG_RENAME_ACT = {"committing": '"EnterCommitting"', "rolling-back": '"AbortCommit"'}
+
+
+def _action(src: str | None, dst: str | None) -> str:
+    """The Dropbox action a message event must be, as a TLA+ string: the lifecycle
+    table's move between the two directories (None: no file).  "Next" (any step)
+    for a move the table does not have, so that TLC is the one to reject it."""
+    try:
+        a, b = (state_of_directory(d) if d else State.ABSENT for d in (src, dst))
+        return f'"{move_between(a, b).spec_action}"'
+    except (IllegalMove, ValueError):
+        return '"Next"'
+
+
+#: the process whose step each action is (None: a sweeper's, or any process's)
+_ACTOR = {"Claim": "c", "Ack": "sc", "Redeliver": "sc", "DeadLetter": "sc", "Expire": "sc",
+          "Create": "p", "CloseWrite": "p", "Send": "p", "Discard": "p", "Quarantine": "p",
+          "Purge": None}
+
+
+def _actors(rec: dict) -> str:
+    """The processes whose private steps (listener runs, crashes...) may come right
+    before this event, as a TLA+ set: its actor, or every process when the trace
+    does not say who (log events, moves the table lacks)."""
+    act = rec["act"].strip('"')
+    if act not in _ACTOR:
+        return "Proc"
+    who = _ACTOR[act]
+    if who == "p":
+        return "{Prod}"
+    if who is None or rec.get(who, "NoOne") == "NoOne":
+        return "{}"
+    return "{" + rec[who] + "}"
+
+
 def _owner(name: str) -> str | None:
     return name.split("~", 1)[0] if "~" in name else None
 
@@ -495,6 +532,9 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
     # after: 1.2's claim writes the *current* delivery count (n + 1) into the name
     model_n: dict[str, int] = {}
     name_n: dict[str, int] = {}
+    holding: dict[str, set[str]] = {}        # client -> its files in processing/ now
+    max_holding: dict[str, int] = {}
+    acked_by: set[str] = set()               # clients whose files were acked
 
     def client(name: str) -> str:
         if name not in clients:
@@ -502,6 +542,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
         return clients[name]
 
     def emit(k: int, **rec: str) -> None:
+        rec["who"] = _actors(rec)
         out.append(rec)
         lines.append(k)
 
@@ -523,7 +564,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             if s[0] == "log":
                 if int(ident) in log_open:
                     log_open[int(ident)]["state"] = d[1]
-                emit(k, op='"logrename"', lg=ident, to=f'"{d[1]}"')
+                emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"')
                 continue
             owner = _owner(d[2]) if d[1] == "processing" else None
             cnt = _count(d[2])
@@ -543,7 +584,15 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             if d[1] == "expired":
                 expiring.add(ident)
             src_owner = _owner(s[2]) if s[1] == "processing" else None
-            emit(k, op='"rename"', m=ident, src=f'"{s[1]}"', dst=f'"{d[1]}"',
+            if src_owner:
+                holding.get(client(src_owner), set()).discard(ident)
+                if d[1] == "processed":
+                    acked_by.add(client(src_owner))
+            if owner:
+                held_now = holding.setdefault(client(owner), set())
+                held_now.add(ident)
+                max_holding[client(owner)] = max(max_holding.get(client(owner), 0), len(held_now))
+            emit(k, op='"rename"', act=_action(s[1], d[1]), m=ident, src=f'"{s[1]}"', dst=f'"{d[1]}"',
                  c=client(owner) if owner else "NoOne",
                  sc=client(src_owner) if src_owner else "NoOne", n=str(n))
             if s[1] == "working" and d[1] == "target":
@@ -563,7 +612,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 nlog += 1
                 ident = str(nlog)
                 log_open[nlog] = {"state": sp[1], "sends": set()}
-                emit(k, op='"logcreate"', lg=ident, to=f'"{sp[1]}"')
+                emit(k, op='"logcreate"', act='"WriteLog"', lg=ident, to=f'"{sp[1]}"')
             else:
                 if sp[1] != "working":
                     # foreign files dropped straight into target/ are not a
@@ -571,16 +620,16 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                     pass
                 nmsg += 1
                 ident = f"m{nmsg}"
-                emit(k, op='"create"', m=ident, dst=f'"{sp[1]}"')
+                emit(k, op='"create"', act=_action(None, sp[1]), m=ident, dst=f'"{sp[1]}"')
             ids[key] = ident
         elif op == "close_write":
             if key not in ids:
                 continue   # a write to a file created before the trace began
             ident = ids[key]
             if sp[0] == "log":
-                emit(k, op='"logclose"', lg=ident)
+                emit(k, op='"logclose"', act='"CloseLog"', lg=ident)
             else:
-                emit(k, op='"close"', m=ident)
+                emit(k, op='"close"', act='"CloseWrite"', m=ident)
         elif op == "delete":
             if key not in ids:
                 continue
@@ -589,7 +638,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 lg = log_open.pop(int(ident), None)
                 if lg and lg["sends"]:
                     txs.append(lg["sends"])
-                emit(k, op='"logdelete"', lg=ident)
+                emit(k, op='"logdelete"', act='"DeleteLog"', lg=ident)
             else:
                 if sp[1] != "working":
                     purgeable.add(ident)
@@ -602,7 +651,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                             break
                     else:
                         discarded_plain.append(ident)
-                emit(k, op='"delete"', m=ident, src=f'"{sp[1]}"')
+                emit(k, op='"delete"', act=_action(sp[1], None), m=ident, src=f'"{sp[1]}"')
     for lg in log_open.values():          # logs still present at the end
         if lg["sends"]:
             txs.append(lg["sends"])
@@ -612,6 +661,14 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
     return RenderedTrace(path, out, lines, len(events), err), {
         "msgs": [f"m{i}" for i in range(1, nmsg + 1)],
         "clients": list(clients.values()),
+        # the acknowledge modes each consumer can have run with (the trace does not say;
+        # fewer candidates, fewer states).  Only modes the trace rules out are dropped:
+        # AUTO holds one claimed file at a time (Claim needs the idle listener loop,
+        # Restart an empty processing/), and a TRANSACTED ack needs a transaction log.
+        "modes": {c: [md for md in ("AUTO", "CLIENT", "TRANSACTED")
+                      if not (md == "AUTO" and max_holding.get(c, 0) > 1)
+                      and not (md == "TRANSACTED" and c in acked_by and nlog == 0)]
+                  for c in clients.values()},
         "txs": txs,
         "max_n": max_n,
         # the redelivery limit: a dead-letter at count n+1 says MaxDel = n;
@@ -630,8 +687,17 @@ EXTENDS DropboxMC
 CONSTANTS {model_values}
 VARIABLES t, i, ln
 Traces == << {traces} >>
+(* TraceModes[k][c]: the acknowledge modes consumer c may have run with in *)
+(* trace k (those the trace does not rule out).                          *)
+TraceModes == << {modes} >>
 
-TInit == Init /\ t \in DOMAIN Traces /\ i = 0 /\ ln = [p \in Proc |-> 0]
+TInit == /\ Init /\ t \in DOMAIN Traces /\ i = 0 /\ ln = [p \in Proc |-> 0]
+         /\ \A c \in Consumer : mode[c] \in TraceModes[t][c]
+         /\ TLCSet(t, 0)
+
+(* How far TLC got in trace k: printed each time a state matches one more *)
+(* event (TLC register k, per worker), read back by spec_check.           *)
+Reached(k, n) == IF n > TLCGet(k) THEN PrintT(<<"reached", k, n>>) /\ TLCSet(k, n) ELSE TRUE
 
 Match(e) ==
     CASE e.op = "create" ->
@@ -662,12 +728,64 @@ Match(e) ==
             /\ \E p \in Proc : /\ ln[p] = e.lg /\ log[p] # "none" /\ log'[p] = "none"
                                /\ ln' = [ln EXCEPT ![p] = 0]
 
+(* A consumer's listing matters only to its next claim, so the trace     *)
+(* lists right before each recorded claim and never in between; stale     *)
+(* listings and lost races (free subsets of them) would only multiply     *)
+(* states.  Any accepted behaviour is still a behaviour of Dropbox.       *)
+ListBeforeClaim ==
+    /\ i < Len(Traces[t])
+    /\ LET e == Traces[t][i + 1] IN
+         /\ e.op = "rename" /\ e.src = "target" /\ e.dst = "processing"
+         /\ e.m \notin listing[e.c] /\ List(e.c)
+    /\ UNCHANGED <<t, i, ln>>
+
+(* The action of Dropbox that an event is: lifecycle.TRANSITIONS names    *)
+(* the move of a message event; a log event is one of the log steps.      *)
+(* Each is a disjunct of Next, so naming it only spares TLC the others.   *)
+Act(e) ==
+    CASE e.act = "Create"     -> Create(e.m)
+      [] e.act = "CloseWrite" -> CloseWrite(e.m)
+      [] e.act = "Send"       -> Send(e.m)
+      [] e.act = "Discard"    -> Discard(e.m)
+      [] e.act = "Quarantine" -> Quarantine(e.m)
+      [] e.act = "Claim"      -> Claim(e.c, e.m)
+      [] e.act = "Expire"     -> Expire(e.m)
+      [] e.act = "Ack"        -> Ack(e.sc, e.m)
+      [] e.act = "Redeliver"  -> Redeliver(e.sc, e.m)
+      [] e.act = "DeadLetter" -> DeadLetter(e.sc, e.m)
+      [] e.act = "Purge"      -> Purge(e.m)
+      [] e.act = "WriteLog"   -> (\E T \in Txs : WriteLog(T)) \/ \E c \in Consumer : WriteLogCons(c)
+      [] e.act = "CloseLog"   -> \E p \in Proc : CloseLog(p)
+      [] e.act = "EnterCommitting" -> \E p \in Proc : EnterCommitting(p)
+      [] e.act = "AbortCommit" -> \E p \in Proc : AbortCommit(p)
+      [] e.act = "DeleteLog"  -> \/ DeleteLogProd
+                                \/ \E c \in Consumer : DeleteLogCons(c)
+                                \/ \E p \in Proc : DeleteRolledBackLog(p) \/ RecoverLog(p)
+      [] OTHER                -> Next     \* a move the table lacks: TLC judges
+
+(* The steps between two events: Dropbox's process-level actions that    *)
+(* touch neither a file nor a log (the rest are events themselves), taken *)
+(* only by the process of the next event (e.who): a process's private    *)
+(* steps commute with everybody else's events, so doing them as late as  *)
+(* possible loses no behaviour and spares TLC every other interleaving.  *)
+Free ==
+    /\ i < Len(Traces[t])
+    /\ LET who == Traces[t][i + 1].who IN
+         \/ \E c \in who \cap Consumer :
+              \/ Deliver(c) \/ ListenerReturns(c) \/ ListenerThrows(c)
+              \/ \E k \in 1..Len(held[c]) : Acknowledge(c, k)
+              \/ AckDone(c) \/ Recover(c) \/ RecoverDone(c) \/ Restart(c)
+         \/ \E p \in who : Crash(p)
+         \/ Traces[t][i + 1].act = "Expire" /\ Tick(Traces[t][i + 1].m)   \* the clock, as late as can be
+
 TNext ==
-    \/ /\ Next /\ fs' = fs /\ log' = log
-       /\ UNCHANGED <<t, i, ln>>
+    \/ Free /\ UNCHANGED <<t, i, ln>>
+    \/ ListBeforeClaim
     \/ /\ i < Len(Traces[t])
-       /\ Next /\ Match(Traces[t][i + 1])
+       /\ LET e == Traces[t][i + 1] IN   \* bind fs' (message) or log' (log event) first
+            IF "lg" \in DOMAIN e THEN Act(e) /\ Match(e) ELSE Match(e) /\ Act(e)
        /\ i' = i + 1 /\ UNCHANGED t
+       /\ Reached(t, i + 1)
 =============================================================================
 """
 
@@ -682,16 +800,26 @@ class TraceVerdict:
     accepted: bool
     first_bad: int | None       # index (0-based) of the first JSONL event not matched
     reason: str = ""
+    decided: bool = True        # False: TLC failed or timed out, the trace is not judged
 
 
 def _tla_set(xs: Iterable[str]) -> str:
     return "{" + ", ".join(sorted(xs)) + "}"
 
 
+#: A trace is first checked with no crash allowed, then (if rejected) with one.
+CRASH_BUDGETS = (0, 1)
+
+
 def validate_traces(paths: Sequence[str | Path], *, timeout: float = 600,
-                    workers: str = "1") -> list[TraceVerdict]:
-    """Check with TLC that each trace is a behaviour of Dropbox (several traces per run)."""
-    root = spec_dir()
+                    workers: str = "1", jobs: int = 1) -> list[TraceVerdict]:
+    """Check with TLC that each trace is a behaviour of Dropbox.
+
+    Traces that share the model's constants (transactions, redelivery limit) go
+    to one TLC run; ``jobs`` runs at a time.  A run allows no crash first; a
+    trace rejected there is tried once more with one crash allowed (a kill -9
+    in the trace), which costs more states.
+    """
     verdicts: dict[int, TraceVerdict] = {}
     groups: dict[tuple, list[tuple[int, RenderedTrace, dict]]] = {}
     for idx, p in enumerate(paths):
@@ -707,89 +835,102 @@ def validate_traces(paths: Sequence[str | Path], *, timeout: float = 600,
         key = (tuple(sorted(tuple(sorted(t)) for t in facts["txs"])), max(1, facts["maxdel"]))
         groups.setdefault(key, []).append((idx, rt, facts))
 
-    for (txs, maxdel), members in groups.items():
-        pending = members
-        for crashes in (0, None):
-            if not pending:
-                break
-            got = _run_trace_group(root, txs, maxdel, pending, crashes, timeout, workers)
-            pending = []
-            for idx, rt, facts in members:
-                if idx in got:
-                    v = got[idx]
-                    if v.accepted or crashes is not None and v.first_bad is None:
-                        verdicts[idx] = v
-                    elif crashes == 0:
-                        pending.append((idx, rt, facts))   # retry, allowing crashes
-                        verdicts[idx] = v
-                    else:
-                        verdicts[idx] = v
+    for crashes in CRASH_BUDGETS:
+        runs = _balanced(groups, jobs)
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            got = list(pool.map(lambda run: _run_trace_group(*run[0], run[1], crashes, timeout, workers),
+                                runs))
+        groups = {}
+        for (key, members), verdict_of in zip(runs, got):
+            for member in members:
+                v = verdicts[member[0]] = verdict_of[member[0]]
+                if v.decided and not v.accepted and member[1].error is None:
+                    groups.setdefault(key, []).append(member)
     return [verdicts[i] for i in sorted(verdicts)]
 
 
-def _run_trace_group(root: Path, txs: tuple, maxdel: int, members: list, crashes: int | None,
+def _balanced(groups: dict[tuple, list], jobs: int) -> list[tuple[tuple, list]]:
+    """The TLC runs for these groups: the largest split in two (by events) while
+    there are fewer runs than ``jobs`` (a TLC start-up costs ~2 s: no more runs)."""
+    runs = [(k, list(ms)) for k, ms in groups.items()]
+    size = lambda run: sum(len(m[1].events) for m in run[1])  # noqa: E731
+    while runs and len(runs) < jobs:
+        runs.sort(key=size)
+        key, members = runs[-1]
+        if len(members) < 2:
+            break
+        members.sort(key=lambda m: len(m[1].events))
+        runs[-1] = (key, members[0::2])
+        runs.append((key, members[1::2]))
+    return runs
+
+
+def write_trace_model(tmpd: Path, txs: tuple, maxdel: int, members: list,
+                      crashes: int) -> tuple[Path, Path]:
+    """Write the spec and a TraceCheck module + config for ``members`` into ``tmpd``."""
+    msgs = sorted({m for _, _, f in members for m in f["msgs"]}, key=lambda x: int(x[1:]))
+    ncli = max([len(f["clients"]) for _, _, f in members] + [1])
+    clients = [f"c{i}" for i in range(1, ncli + 1)]
+    for f in spec_dir().glob("*.tla"):
+        shutil.copy(f, tmpd / f.name)
+    name = "TraceCheck"
+    traces_tla = ",\n    ".join(
+        "<< " + ", ".join(_tla_record(e) for e in rt.events) + " >>" for _, rt, _ in members
+    )
+    # a consumer that does not occur in a trace never acts there: one mode is enough
+    absent = ("CLIENT",)
+    modes_tla = ",\n    ".join(
+        "[c \\in Consumer |-> CASE " + " [] ".join(
+            f"c = {c} -> " + _tla_set(f'"{md}"' for md in f["modes"].get(c, absent)) for c in clients) + "]"
+        for _, _, f in members)
+    (tmpd / f"{name}.tla").write_text(_TRACE_MODULE.format(
+        name=name, model_values=", ".join(msgs + clients), traces=traces_tla, modes=modes_tla))
+    txs_tla = "{" + ", ".join(_tla_set(t) for t in txs) + "}"
+    cfg = "\n".join([
+        "INIT TInit", "NEXT TNext", "CONSTANTS",
+        *[f"    {v} = {v}" for v in msgs + clients],
+        f"    Msg = {_tla_set(msgs)}",
+        f"    Consumer = {_tla_set(clients)}",
+        "    Prod = p", "    NoOne = none", "    NoMsg = nomsg",
+        f"    Txs = {txs_tla}",
+        f"    MaxDel = {maxdel}",
+        f"    Expiring = {_tla_set(m for _, _, f in members for m in f['expiring'])}",
+        f"    Purgeable = {_tla_set(m for _, _, f in members for m in f['purgeable'])}",
+        f"    MaxCrashes = {crashes}",
+        "    Modes <- AnyTraceMode", "",
+    ])
+    (tmpd / f"{name}.cfg").write_text(cfg)
+    return tmpd / f"{name}.tla", tmpd / f"{name}.cfg"
+
+
+_RE_REACHED = re.compile(r'<<"reached", (\d+), (\d+)>>')
+
+
+def _run_trace_group(txs: tuple, maxdel: int, members: list, crashes: int,
                      timeout: float, workers: str) -> dict[int, TraceVerdict]:
     """One TLC run for traces sharing the transaction and limit constants."""
     verdicts: dict[int, TraceVerdict] = {}
-    if True:
-        msgs = sorted({m for _, _, f in members for m in f["msgs"]}, key=lambda x: int(x[1:]))
-        ncli = max([len(f["clients"]) for _, _, f in members] + [1])
-        clients = [f"c{i}" for i in range(1, ncli + 1)]
-        live = [(idx, rt) for idx, rt, _ in members]
-        with tempfile.TemporaryDirectory(prefix="dropboxmq-trace-") as tmp:
-            tmpd = Path(tmp)
-            for f in root.glob("*.tla"):
-                shutil.copy(f, tmpd / f.name)
-            name = "TraceCheck"
-            traces_tla = ",\n    ".join(
-                "<< " + ", ".join(_tla_record(e) for e in rt.events) + " >>" for _, rt in live
-            )
-            (tmpd / f"{name}.tla").write_text(_TRACE_MODULE.format(
-                name=name, model_values=", ".join(msgs + clients), traces=traces_tla))
-            txs_tla = "{" + ", ".join(_tla_set(t) for t in txs) + "}"
-            cfg = "\n".join([
-                "INIT TInit", "NEXT TNext", "CONSTANTS",
-                *[f"    {v} = {v}" for v in msgs + clients],
-                f"    Msg = {_tla_set(msgs)}",
-                f"    Consumer = {_tla_set(clients)}",
-                "    Prod = p", "    NoOne = none", "    NoMsg = nomsg",
-                f"    Txs = {txs_tla}",
-                f"    MaxDel = {maxdel}",
-                f"    Expiring = {_tla_set(m for _, _, f in members for m in f['expiring'])}",
-                f"    Purgeable = {_tla_set(m for _, _, f in members for m in f['purgeable'])}",
-                f"    MaxCrashes = {1 if crashes is None else crashes}",
-                "    Modes <- TraceModes", "",
-            ])
-            (tmpd / f"{name}.cfg").write_text(cfg)
-            dump = tmpd / "states.dump"
-            res = run_tlc(tmpd / f"{name}.tla", tmpd / f"{name}.cfg", workers=workers,
-                          args=("-dump", str(dump)), timeout=timeout)
-            reached: dict[int, int] = {}
-            text = ""
-            for cand in (dump, Path(str(dump) + ".dump")):
-                if cand.is_file():
-                    text = cand.read_text()
-                    break
-            for block in text.split("State ")[1:]:
-                mt = re.search(r"/\\ t = (\d+)", block)
-                mi = re.search(r"/\\ i = (\d+)", block)
-                if mt and mi:
-                    tt, ii = int(mt.group(1)), int(mi.group(1))
-                    reached[tt] = max(reached.get(tt, 0), ii)
-        for pos, (idx, rt) in enumerate(live, start=1):
-            if res.exit_code != EXIT_OK or not text:
-                errs = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
-                verdicts[idx] = TraceVerdict(rt.path, False, None,
-                                             "TLC failed: " + ("; ".join(errs[:3]) or res.output[-500:]))
-                continue
-            got = reached.get(pos, 0)
-            if got >= len(rt.events) and rt.error is None:
-                verdicts[idx] = TraceVerdict(rt.path, True, None)
-            elif got >= len(rt.events) and rt.error is not None:
-                verdicts[idx] = TraceVerdict(rt.path, False, rt.error[0], rt.error[1])
-            else:
-                verdicts[idx] = TraceVerdict(rt.path, False, rt.lines[got],
-                                             "no Dropbox step matches this event")
+    with tempfile.TemporaryDirectory(prefix="dropboxmq-trace-") as tmp:
+        module, cfg = write_trace_model(Path(tmp), txs, maxdel, members, crashes)
+        res = run_tlc(module, cfg, workers=workers, timeout=timeout)
+    reached: dict[int, int] = {}
+    for k, n in _RE_REACHED.findall(res.output):
+        reached[int(k)] = max(reached.get(int(k), 0), int(n))
+    for pos, (idx, rt, _) in enumerate(members, start=1):
+        if res.exit_code != EXIT_OK:
+            errs = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+            why = f"TLC timed out after {timeout:.0f} s" if res.timed_out else \
+                "TLC failed: " + ("; ".join(errs[:3]) or res.output[-500:])
+            verdicts[idx] = TraceVerdict(rt.path, False, None, why, decided=False)
+            continue
+        got = reached.get(pos, 0)
+        if got >= len(rt.events) and rt.error is None:
+            verdicts[idx] = TraceVerdict(rt.path, True, None)
+        elif got >= len(rt.events) and rt.error is not None:
+            verdicts[idx] = TraceVerdict(rt.path, False, rt.error[0], rt.error[1])
+        else:
+            verdicts[idx] = TraceVerdict(rt.path, False, rt.lines[got],
+                                         "no Dropbox step matches this event")
     return verdicts
 
 
@@ -797,12 +938,20 @@ def _run_trace_group(root: Path, txs: tuple, maxdel: int, members: list, crashes
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--timeout", default=600.0, show_default=True, help="seconds per TLC run")
 @click.option("--workers", default="1", show_default=True, help="TLC -workers")
-def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str) -> None:
-    """Check with TLC that each JSONL trace is a behaviour of Dropbox."""
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 16),
+              help="TLC runs at a time (traces with different constants need separate runs)")
+def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str, jobs: int) -> None:
+    """Check with TLC that each JSONL trace is a behaviour of Dropbox.
+
+    Exit 0 when every trace is accepted; 1 when one is rejected (the first event no
+    Dropbox step matches is shown) or TLC could not decide (timeout, crash)."""
     bad = 0
-    for v in validate_traces(traces, timeout=timeout, workers=workers):
+    for v in validate_traces(traces, timeout=timeout, workers=workers, jobs=jobs):
         if v.accepted:
             click.echo(f"ACCEPTED {v.path}")
+        elif not v.decided:
+            bad += 1
+            click.echo(f"UNDECIDED {v.path}: {v.reason}")
         else:
             bad += 1
             where = "" if v.first_bad is None else f" at event {v.first_bad} (line {v.first_bad + 1})"
