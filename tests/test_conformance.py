@@ -341,3 +341,15 @@ def test_manifests_load_and_fill_placeholders(tmp_path):
     bad.write_text('name = "b"\n[commands]\nfly = "x"\n')
     with pytest.raises(M.ManifestError):
         M.load(bad)
+
+
+def test_run_says_that_publish_and_subscribe_commands_are_not_run(tmp_path):
+    from click.testing import CliRunner
+
+    from dropboxmq.conformance import cli
+
+    m = write_manifest(tmp_path, "pub", expect="pass", produce=PRODUCE, publish="echo {topic}")
+    res = CliRunner().invoke(cli.conformance, ["run", "--impl", str(m.path), "--only", "producer.exit-clean",
+                                               "--no-tlc", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "publish command(s) are not run" in " ".join(res.stderr.split())
