@@ -36,7 +36,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from dropboxmq.lifecycle import STATE_DIRS, IllegalMove, Move, State, move_between, next_state, state_of_directory
 
@@ -132,6 +132,14 @@ def _mid(name: str) -> str:
     return decode_name(name).message_id
 
 
+def _life_of(tracks: Iterable[Track], mid: str) -> list[Step]:
+    """The steps of every file that carried message ``mid`` (a copy is a new file, but the
+    same message), in trace order; an ILLEGAL step after the others of its event."""
+    steps = [st for tr in tracks if _mid(tr.name) == mid for st in tr.steps]
+    steps.sort(key=lambda st: (st.seq, st.state == "ILLEGAL"))
+    return steps
+
+
 def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
     """Replay ``records`` against lifecycle.TRANSITIONS; stop at the first illegal move."""
     res = ReplayResult()
@@ -149,9 +157,7 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
         tr.steps.append(Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], "ILLEGAL", None, path, reason))
         # The counterexample is the life of the *message*: every file that carried its id
         # (a copy is a new file, but the same message).
-        mid = _mid(tr.name)
-        steps = [s for t in res.tracks.values() if t is tr or _mid(t.name) == mid for s in t.steps]
-        steps.sort(key=lambda s: (s.seq, s.state == "ILLEGAL"))
+        steps = _life_of(res.tracks.values(), _mid(tr.name))
         res.violation = Violation(rec.get("seq", -1), rec, reason, tr.key, [s.as_dict() for s in steps])
         return res
 
@@ -258,7 +264,7 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
 
 @dataclass
 class TlcOutcome:
-    status: str  # "pass" | "fail" | "inconclusive" | "too-large"
+    status: str  # "pass" | "fail" | "inconclusive" | "too-large" | "empty" (nothing to validate)
     detail: str
     first_bad: dict | None = None  # the trace record no Dropbox step matches
     context: list[dict] = field(default_factory=list)  # the records around it
@@ -303,7 +309,7 @@ def tlc_job(key: Any, records: list[dict], workdir: Path, box: str = "Q1/incomin
     """The TLC job for one trace, or the outcome already known (nothing to validate, too large)."""
     excerpt = message_excerpt(records, box)
     if not excerpt:
-        return TlcOutcome("inconclusive", f"no message events of {box} to validate")
+        return TlcOutcome("empty", f"no message events of {box} to validate")
     if len(excerpt) > max_events:
         return TlcOutcome("too-large", f"{len(excerpt)} message events, over the TLC limit of {max_events} "
                           "(the fast replay judged it)")
@@ -346,12 +352,6 @@ def timeline_until(records: list[dict], k: int, verdict: str) -> list[dict]:
     then ``verdict`` (a counterexample timeline for a rejection the replay did not find)."""
     bad = records[k]
     path = bad.get("src") or bad.get("path") or ""
-    try:
-        mid = _mid(_orig(path.rsplit("/", 1)[-1]))
-    except Exception:  # a name the codec cannot read: show the event alone
-        mid = None
-    before = replay(records[:k])
-    steps = [st for tr in before.tracks.values() if mid is not None and _mid(tr.name) == mid for st in tr.steps]
-    steps.sort(key=lambda st: st.seq)
+    steps = _life_of(replay(records[:k]).tracks.values(), _mid(_orig(path.rsplit("/", 1)[-1])))
     steps.append(Step(bad.get("seq", -1), bad.get("t", 0.0), bad.get("op", "?"), verdict, None, path))
     return [st.as_dict() for st in steps]

@@ -130,8 +130,8 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation pending")]
             else:
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)")]
-        rep.overflowed = {s.name for s in scenarios if s.watcher.overflowed}
-        suite.downgrade_overflowed([r for rs in raw.values() for r in rs], scenarios)
+        rep.overflowed = suite.overflowed(scenarios)
+        suite.downgrade_overflowed([r for rs in raw.values() for r in rs], rep.overflowed)
     except Exception as exc:  # a bug of ours, or an environment problem: report, never hide
         import traceback
 
@@ -163,9 +163,7 @@ def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
             continue
         per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
         result = suite.tlc_result(per_scenario)
-        if result.status == C.PASS and rep.overflowed & {n for n, _ in per_scenario}:
-            result.status = C.INCONCLUSIVE
-            result.summary = "trace overflowed (events lost): " + result.summary
+        suite.downgrade_overflowed([result], rep.overflowed)
         rep.results = [result if r.check == "model.tlc" else r for r in rep.results]
         rep.tlc_jobs, rep.tlc_known = [], []
     return time.monotonic() - started
@@ -217,6 +215,6 @@ def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, 
             tick(f"TLC: validating {sum(len(r.tlc_jobs) for r in waiting)} traces")
         tlc_seconds = finish_tlc(waiting)
         for r in waiting:
-            if done and r.name in reports:
+            if done:
                 done(r)
     return RunSummary([reports[m.name] for m in manifests], time.monotonic() - started, tlc_seconds)

@@ -1061,8 +1061,7 @@ def tlc_result(outcomes: list[tuple[str, TlcOutcome]]) -> Result:
     """model.tlc from the outcome of each scenario's trace: it fails if TLC rejected one,
     passes if it accepted at least one and rejected none (traces over the size limit are
     named but left to the replay), and is inconclusive otherwise."""
-    judged = [(n, o) for n, o in outcomes if o.status in (C.PASS, C.FAIL, C.INCONCLUSIVE)
-              and not (o.status == C.INCONCLUSIVE and o.detail.startswith("no message events"))]
+    judged = [(n, o) for n, o in outcomes if o.status in (C.PASS, C.FAIL, C.INCONCLUSIVE)]
     large = [n for n, o in outcomes if o.status == "too-large"]
     rest = f"; over the size limit, replay only: {', '.join(large)}" if large else ""
     fails = [(n, o) for n, o in judged if o.status == C.FAIL]
@@ -1077,17 +1076,22 @@ def tlc_result(outcomes: list[tuple[str, TlcOutcome]]) -> Result:
     passed = [n for n, o in judged if o.status == C.PASS]
     unsure = [(n, o) for n, o in judged if o.status == C.INCONCLUSIVE]
     if passed and not unsure:
-        return C.passed("model.tlc", f"TLC accepted {len(passed)} trace(s): {', '.join(passed)}{rest}")
+        return C.passed("model.tlc", f"TLC accepted {len(passed)} trace(s): {', '.join(passed)}{rest}",
+                        scenarios=[n for n, _ in outcomes])
     if unsure:
         n, o = unsure[0]
         return C.inconclusive("model.tlc", f"{n}: {o.detail}{rest}", scenario=n)
     return C.inconclusive("model.tlc", "no trace small enough for TLC" + rest)
 
 
-def downgrade_overflowed(results: list[Result], scenarios: list[Scenario]) -> None:
-    """A run whose trace overflowed is inconclusive, never passed."""
-    over = {s.name for s in scenarios if s.watcher.overflowed}
+def overflowed(scenarios: list[Scenario]) -> set[str]:
+    """The scenarios whose watcher lost events."""
+    return {s.name for s in scenarios if s.watcher.overflowed}
+
+
+def downgrade_overflowed(results: list[Result], over: set[str]) -> None:
+    """A result that rests on a trace that overflowed is inconclusive, never passed."""
     for r in results:
-        if r.status == C.PASS and r.evidence.get("scenario") in over:
+        if r.status == C.PASS and over & set(r.evidence.get("scenarios") or [r.evidence.get("scenario")]):
             r.status = C.INCONCLUSIVE
             r.summary = "trace overflowed (events lost): " + r.summary

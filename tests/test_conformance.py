@@ -238,7 +238,7 @@ def test_watcher_reports_overflow_and_the_run_is_inconclusive(tmp_path):
     model = {r.check: r for r in suite.model_results(m, [sc])}
     assert model["model.trace-complete"].status == C.INCONCLUSIVE
     results = [C.passed("producer.exit-clean", "ok", scenario="produce")]
-    suite.downgrade_overflowed(results, [sc])
+    suite.downgrade_overflowed(results, suite.overflowed([sc]))
     assert results[0].status == C.INCONCLUSIVE  # never passed
 
 
@@ -297,7 +297,7 @@ def test_replay_ignores_directories_dotfiles_and_internal_files():
 
 def test_tlc_job_knows_empty_and_too_large_traces_without_tlc(tmp_path):
     recs = _seq(_life())
-    assert R.tlc_job("k", [], tmp_path).status == "inconclusive"
+    assert R.tlc_job("k", [], tmp_path).status == "empty"
     assert R.tlc_job("k", recs, tmp_path, max_events=2).status == "too-large"
     job = R.tlc_job("k", recs, tmp_path)
     assert isinstance(job, R.TlcJob) and job.path.is_file() and len(job.records) == len(recs)

@@ -770,13 +770,13 @@ Act(e) ==
 (* possible loses no behaviour and spares TLC every other interleaving.  *)
 Free ==
     /\ i < Len(Traces[t])
-    /\ LET who == Traces[t][i + 1].who IN
-         \/ \E c \in who \cap Consumer :
+    /\ LET e == Traces[t][i + 1] IN
+         \/ \E c \in e.who \cap Consumer :
               \/ Deliver(c) \/ ListenerReturns(c) \/ ListenerThrows(c)
               \/ \E k \in 1..Len(held[c]) : Acknowledge(c, k)
               \/ AckDone(c) \/ Recover(c) \/ RecoverDone(c) \/ Restart(c)
-         \/ \E p \in who : Crash(p)
-         \/ Traces[t][i + 1].act = "Expire" /\ Tick(Traces[t][i + 1].m)   \* the clock, as late as can be
+         \/ \E p \in e.who : Crash(p)
+         \/ e.act = "Expire" /\ Tick(e.m)   \* the clock, as late as can be
 
 TNext ==
     \/ Free /\ UNCHANGED <<t, i, ln>>
