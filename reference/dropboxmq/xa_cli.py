@@ -84,11 +84,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def commit_cmd(ctx: click.Context, xid: str) -> None:
     """Commit the prepared branch XID: its sends become visible, its receives are acked."""
-    from .xa import finish_branch
-
-    root = _root(ctx)
-    x = _resolve(root, xid)
-    console.print(Text(f"{x.log_name}: {finish_branch(root, x, commit=True)}"))
+    _finish(ctx, xid, commit=True)
 
 
 @xa.command("rollback")
@@ -96,8 +92,12 @@ def commit_cmd(ctx: click.Context, xid: str) -> None:
 @click.pass_context
 def rollback_cmd(ctx: click.Context, xid: str) -> None:
     """Roll back the prepared branch XID: its sends vanish, its receives are redelivered."""
+    _finish(ctx, xid, commit=False)
+
+
+def _finish(ctx: click.Context, xid: str, commit: bool) -> None:
     from .xa import finish_branch
 
     root = _root(ctx)
     x = _resolve(root, xid)
-    console.print(Text(f"{x.log_name}: {finish_branch(root, x, commit=False)}"))
+    console.print(Text(f"{x.log_name}: {finish_branch(root, x, commit=commit)}"))
