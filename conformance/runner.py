@@ -121,12 +121,13 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
             scenarios.append(sc)
             for r in results:
                 raw.setdefault(r.check, []).append(r)
-        if scenarios and (only is None or any(c.startswith("model.") for c in only)):
-            for r in suite.model_results(m, scenarios):
+        traced = [] if m.api_only else scenarios  # an API-only implementation has no dropbox to trace
+        if traced and (only is None or any(c.startswith("model.") for c in only)):
+            for r in suite.model_results(m, traced):
                 raw.setdefault(r.check, []).append(r)
-        if scenarios and (only is None or "model.tlc" in only):
+        if traced and (only is None or "model.tlc" in only):
             if tlc:
-                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, scenarios, tlc_max_events)
+                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, traced, tlc_max_events)
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation pending")]
             else:
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)")]
@@ -146,6 +147,8 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
         else:
             role = {"produce": "produce", "consume": "consume", "adapter": "adapter"}.get(check.role)
             why = f"the manifest has no {role} command" if role and not m.has(role) else "not run"
+            if check.role == "model" and m.api_only:
+                why = "API-only implementation (flags.api_only): no dropbox to trace"
             rep.results.append(C.skipped(check.id, why))
     rep.seconds = time.monotonic() - started
     if tlc and not defer_tlc:

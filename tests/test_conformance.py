@@ -168,6 +168,57 @@ def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
     assert r.status == C.FAIL, (r.summary, r.evidence)
 
 
+@pytest.mark.parametrize("check", SESSION_CHECKS)
+def test_api_only_session_check_fails_against_a_broken_adapter(check, tmp_path):
+    """Judged through the JMS API alone (no look at files), each broken behaviour still shows."""
+    script = tmp_path / "broken_adapter.py"
+    script.write_text(BROKEN_ADAPTER)
+    m = write_manifest(tmp_path, "broken-api", adapter=f"{{python}} {script} {{root}} {{client_id}}",
+                       flags="api_only = true\n")
+    m.env["BROKEN_MODE"] = check.split(".", 1)[1]
+    rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
+    r = result(rep, check)
+    assert r.status == C.FAIL and r.summary.startswith(suite.API_ONLY_NOTE), (r.summary, r.evidence)
+
+
+def test_reference_sessions_pass_api_only(tmp_path):
+    m = write_manifest(tmp_path, "reference-api", expect="pass", flags="api_only = true\njms = \"1.1\"\n",
+                       adapter="{python} -m dropboxmq.conformance.reference_adapter {root} {client_id}")
+    rep = runner.run_impl(m, tmp_path / "out", tlc=False)
+    assert rep.error is None and not rep.failures, [(r.check, r.summary) for r in rep.failures]
+    for check in SESSION_CHECKS:
+        r = result(rep, check)
+        if check == "session.shared-subscription":
+            assert r.status == C.SKIPPED and "JMS 2.0" in r.summary
+        else:
+            assert r.status == C.PASS and r.evidence["api_only"], (check, r.summary)
+    assert all(result(rep, c).status == C.SKIPPED for c in ("model.replay", "model.tlc"))
+
+
+ACTIVEMQ = M.impls_dir() / "activemq" / "activemq.toml"
+ACTIVEMQ_JARS = ("/usr/share/java/activemq-broker.jar", "/usr/share/java/geronimo-jms_1.1_spec.jar")
+
+
+@pytest.mark.slow
+def test_activemq_passes_every_jms11_session_check_through_the_java_adapter(tmp_path):
+    """A real JMS provider through the generic Java adapter (compiled here with javac).  In CI
+    the Debian packages come from `make system-deps`, so absence there is a failure."""
+    import shutil
+
+    missing = [j for j in ACTIVEMQ_JARS if not os.path.exists(j)] + [t for t in ("javac", "java") if not shutil.which(t)]
+    if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip(f"not installed (make system-deps): {missing}")
+    assert not missing, f"CI must install these (make system-deps): {missing}"
+    summary = runner.run_all([M.load(ACTIVEMQ)], tmp_path, tlc=False)
+    rep = summary.reports[0]
+    assert rep.error is None and summary.ok, [(r.check, r.summary, r.evidence) for r in rep.failures]
+    for check in SESSION_CHECKS:
+        r = result(rep, check)
+        want = C.SKIPPED if check == "session.shared-subscription" else C.PASS  # JMS 2.0
+        assert r.status == want, (check, r.summary)
+    assert not any(p.name.startswith("Q") for p in (tmp_path / "activemq" / "sessions" / "root").iterdir())
+
+
 # ------------------------------------------------------------------ the catch rate
 
 
