@@ -69,11 +69,6 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
     if len({m.name for m in manifests}) != len(manifests):
         raise click.ClickException("two manifests have the same name")
     out = out.resolve()
-    for m in manifests:
-        unjudged = [r for r in ("publish", "subscribe") if m.has(r)]
-        if unjudged:  # say so rather than let a manifest author believe they were tested
-            console.print(f"[yellow]note:[/yellow] {m.name}: the {' and '.join(unjudged)} command(s) are not run "
-                          "by this version; topics are judged through the adapter's session checks")
     with Progress(TextColumn("[bold]conformance"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=not console.is_terminal) as progress:

@@ -188,6 +188,7 @@ class Scenario:
     procs: list[Proc] = field(default_factory=list)
     _barriers: int = 0
     server: str = ""  # the first line the manifest's server printed (placeholder {server})
+    tlc_boxes: list[str] = field(default_factory=lambda: [BOX])  # the dropboxes whose excerpts go to TLC
 
     def __post_init__(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -374,7 +375,7 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
 # ====================================================================== consumer
 
 
-def _claims_by_rename(recs: list[dict], since: int, box: str = BOX) -> list[dict]:
+def claims_by_rename(recs: list[dict], since: int, box: str = BOX) -> list[dict]:
     bad = []
     for r in recs[since:]:
         if r.get("kind") == "dir" or r.get("synthetic"):
@@ -397,7 +398,7 @@ def _claims_by_rename(recs: list[dict], since: int, box: str = BOX) -> list[dict
 
 
 def _claims_result(recs, since, scenario) -> Result:
-    bad = _claims_by_rename(recs, since)
+    bad = claims_by_rename(recs, since)
     if bad:
         return C.failed("consumer.claims-by-rename",
                         f"{len(bad)} event(s): a message left target/ or reached processing/ other than by a claim rename",
@@ -1117,11 +1118,13 @@ def tlc_jobs(m: Manifest, scenarios: list[Scenario],
     jobs: list[TlcJob] = []
     known: list[tuple[str, TlcOutcome]] = []
     for s in scenarios:
-        j = tlc_job((m.name, s.name), s.records, s.dir, max_events=max_events)
-        if isinstance(j, TlcJob):
-            jobs.append(j)
-        else:
-            known.append((s.name, j))
+        for box in s.tlc_boxes:
+            name = s.name if box == BOX else f"{s.name}:{box.rsplit('/', 1)[-1]}"
+            j = tlc_job((m.name, name), s.records, s.dir, box=box, max_events=max_events)
+            if isinstance(j, TlcJob):
+                jobs.append(j)
+            else:
+                known.append((name, j))
     return jobs, known
 
 
