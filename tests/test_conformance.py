@@ -38,6 +38,9 @@ def result(rep: runner.ImplReport, check: str) -> C.Result:
 PRODUCE = f"sh {SHELL}/produce.sh {{root}} {{queue}} {{body_dir}} {{priority}}"
 CONSUME = f"sh {SHELL}/consume.sh {{root}} {{queue}} {{client_id}}"
 SHIPPED = lambda name: M.load(BROKEN / f"{name}.toml")  # noqa: E731
+PUBLISH = f"sh {SHELL}/publish.sh {{root}} {{topic}} {{body_dir}} {{priority}}"
+SUBSCRIBE = f"sh {SHELL}/subscribe.sh {{root}} {{topic}} {{subscription}} {{client_id}}"
+SUB_DIR = "{root}/topic-root/$(printf %s {topic} | tr . /)/.subscriptions/{subscription}.{client_id}"
 
 #: check -> a failing implementation: a shipped broken example, or (role, command) made up here
 FAILING: dict[str, object] = {
@@ -63,6 +66,23 @@ FAILING: dict[str, object] = {
     "consumer.lost-race": "ignores-lost-races",
     "consumer.kill9-recovery": "ignores-lost-races",  # claims without JMSXDeliveryCount: not redelivered
     "model.replay": "copy-then-delete",
+    # topics
+    "publisher.exit-clean": ("publish", PUBLISH + "; exit 3"),
+    "publisher.every-subscription-once": "publish-skips-subscription",
+    "publisher.ancestors": "publish-no-ancestors",
+    # re-publishes everything it ever published: a late subscription gets the old messages
+    "publisher.late-subscription": ("publish", 'h={root}/.history; mkdir -p $h; for f in {body_dir}/*; do '
+                                    'cp "$f" "$h/$(date +%s%N)"; done; ' + PUBLISH.replace("{body_dir}", "$h")),
+    "publisher.copies-by-rename": "publish-into-target",
+    "subscriber.exit-clean": ("subscribe", SUBSCRIBE + "; exit 1"),
+    "subscriber.durable-keeps": ("subscribe", SUBSCRIBE + " | head -n 3"),
+    "subscriber.own-subscription": "subscribe-other-subscription",
+    "subscriber.claims-by-rename": ("subscribe", f"sed 's|mv \"$f\" \"$p\" 2>/dev/null|cp \"$f\" \"$p\" \\&\\& rm \"$f\"|' "
+                                    f"{SHELL}/consume.sh > {{out}}/c.sh; DROPBOX_DIR={SUB_DIR} sh {{out}}/c.sh {{root}} - {{client_id}}"),
+    "subscriber.acked-processed": ("subscribe", f"sed 's|mv \"$p\" \"$box/processed/$cid~$new\"|rm \"$p\"|' "
+                                   f"{SHELL}/consume.sh > {{out}}/c.sh; DROPBOX_DIR={SUB_DIR} sh {{out}}/c.sh {{root}} - {{client_id}}"),
+    # its recovery deletes the dead subscriber's in-flight messages instead of returning them
+    "subscriber.kill9-recovery": {"subscribe": SUBSCRIBE, "recover": f"rm -f {SUB_DIR}/processing/*"},
 }
 
 SESSION_CHECKS = [c.id for c in C.CHECKS if c.role == "adapter"]
@@ -80,8 +100,8 @@ def test_check_fails_against_a_broken_implementation(check, tmp_path):
     if isinstance(how, str):
         m = SHIPPED(how)
     else:
-        role, cmd = how
-        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **{role: cmd})
+        roles = how if isinstance(how, dict) else dict([how])
+        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **roles)
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
     assert r.status == C.FAIL, (r.summary, r.evidence)
@@ -394,13 +414,48 @@ def test_manifests_load_and_fill_placeholders(tmp_path):
         M.load(bad)
 
 
-def test_run_says_that_publish_and_subscribe_commands_are_not_run(tmp_path):
+def test_list_shows_the_topic_checks_with_their_rules():
     from click.testing import CliRunner
 
     from dropboxmq.conformance import cli
 
-    m = write_manifest(tmp_path, "pub", expect="pass", produce=PRODUCE, publish="echo {topic}")
-    res = CliRunner().invoke(cli.conformance, ["run", "--impl", str(m.path), "--only", "producer.exit-clean",
-                                               "--no-tlc", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli.conformance, ["list"], terminal_width=400)
     assert res.exit_code == 0, res.output
-    assert "publish command(s) are not run" in " ".join(res.stderr.split())
+    for c in C.CHECKS:
+        if c.role in ("publish", "subscribe"):
+            assert c.id in res.output and c.rule.split()[0] in res.output
+    assert len([c for c in C.CHECKS if c.role in ("publish", "subscribe")]) == 11
+
+
+DISTRIBUTE = ('for f in {body_dir}/*; do n={priority}.$(date +%s%3N)$(od -An -N2 -tu2 /dev/urandom | tr -d " ")-0000000001.B; '
+              'i={root}/topic-root/$(printf %s {topic} | tr . /)/.incoming; ')
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_distribute_mode_publisher_is_judged_with_the_reference_distributor(broken, tmp_path):
+    """publish_mode = "distribute": the publisher drops into the topic's .incoming/ and the
+    suite's distributor fans out; a publisher that writes into .incoming/target/ is caught."""
+    drop = 'cat "$f" > $i/target/$n; done' if broken else 'cat "$f" > $i/working/$n; mv $i/working/$n $i/target/$n; done'
+    m = write_manifest(tmp_path, "distributing", expect="pass", publish=DISTRIBUTE + drop,
+                       flags='publish_mode = "distribute"\n')
+    rep = runner.run_impl(m, tmp_path / "out", only={c.id for c in C.CHECKS if c.role == "publish"} | {"model.replay"},
+                          tlc=False)
+    assert rep.error is None
+    statuses = {r.check: r.status for r in rep.results}
+    if broken:
+        assert statuses["publisher.copies-by-rename"] == C.FAIL, statuses
+    else:
+        assert set(statuses.values()) == {C.PASS}, [(r.check, r.summary) for r in rep.results]
+    assert (tmp_path / "out" / "distributing" / "publish" / "logs" / "distribute-publish-1.out").exists()
+
+
+@pytest.mark.slow
+def test_reference_plays_both_topic_roles_and_tlc_accepts_the_subscription_traces(tmp_path):
+    m = M.load(M.impls_dir() / "reference" / "reference.toml")
+    only = {c.id for c in C.CHECKS if c.role in ("publish", "subscribe")} | {"model.replay", "model.tlc"}
+    rep = runner.run_impl(m, tmp_path, only=only, tlc=True)
+    assert rep.error is None
+    for r in rep.results:
+        assert r.status == C.PASS, (r.check, r.summary, r.evidence)
+    tlc = result(rep, "model.tlc").summary
+    assert "publish:s1.conf-s1" in tlc and "subscribe-kill9:board.impl-sub" in tlc, tlc
