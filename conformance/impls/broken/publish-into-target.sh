@@ -3,11 +3,8 @@
 # may read it half-written), instead of working/ then a rename.
 set -eu
 root=$1 topic=$2 body_dir=$3 prio=${4:-4}
-t=$(printf '%s' "$topic" | tr . /) dirs=""
-while :; do
-  for s in "$root/topic-root/$t/.subscriptions/"*; do [ -d "$s/target" ] && dirs="$dirs $s"; done
-  case "$t" in */*) t=${t%/*};; *) break;; esac
-done
+. "$(dirname "$0")/../shell/subscriptions.sh"
+dirs=$(subscriptions "$root" "$topic")
 seq=0
 for body in "$body_dir"/*; do
   name=$(printf '%s.%s%03d-%010d.B' "$prio" "$(date +%s%3N)" $((seq % 1000)) $((seq * 7919))); seq=$((seq + 1))

@@ -3,11 +3,8 @@
 # first one it lists (an off-by-one in its loop): that subscription loses every message.
 set -eu
 root=$1 topic=$2 body_dir=$3 prio=${4:-4}
-t=$(printf '%s' "$topic" | tr . /) dirs=""
-while :; do
-  for s in "$root/topic-root/$t/.subscriptions/"*; do [ -d "$s/target" ] && dirs="$dirs $s"; done
-  case "$t" in */*) t=${t%/*};; *) break;; esac
-done
+. "$(dirname "$0")/../shell/subscriptions.sh"
+dirs=$(subscriptions "$root" "$topic")
 set -- $dirs; shift   # BROKEN: skips the first subscription
 seq=0
 for body in "$body_dir"/*; do
