@@ -219,16 +219,20 @@ ACTIVEMQ = M.impls_dir() / "activemq" / "activemq.toml"
 ACTIVEMQ_JARS = ("/usr/share/java/activemq-broker.jar", "/usr/share/java/geronimo-jms_1.1_spec.jar")
 
 
-@pytest.mark.slow
-def test_activemq_passes_every_jms11_session_check_through_the_java_adapter(tmp_path):
-    """A real JMS provider through the generic Java adapter (compiled here with javac).  In CI
-    the Debian packages come from `make system-deps`, so absence there is a failure."""
+def need_activemq() -> None:
+    """Skip without the Debian packages, except in CI, where `make system-deps` installs them."""
     import shutil
 
     missing = [j for j in ACTIVEMQ_JARS if not os.path.exists(j)] + [t for t in ("javac", "java") if not shutil.which(t)]
     if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
         pytest.skip(f"not installed (make system-deps): {missing}")
     assert not missing, f"CI must install these (make system-deps): {missing}"
+
+
+@pytest.mark.slow
+def test_activemq_passes_every_jms11_session_check_through_the_java_adapter(tmp_path):
+    """A real JMS provider through the generic Java adapter (compiled here with javac)."""
+    need_activemq()
     summary = runner.run_all([M.load(ACTIVEMQ)], tmp_path, tlc=False)
     rep = summary.reports[0]
     assert rep.error is None and summary.ok, [(r.check, r.summary, r.evidence) for r in rep.failures]
@@ -459,3 +463,37 @@ def test_reference_plays_both_topic_roles_and_tlc_accepts_the_subscription_trace
         assert r.status == C.PASS, (r.check, r.summary, r.evidence)
     tlc = result(rep, "model.tlc").summary
     assert "publish:s1.conf-s1" in tlc and "subscribe-kill9:board.impl-sub" in tlc, tlc
+
+
+@pytest.mark.slow
+def test_java_adapter_answers_hostile_input_and_round_trips_through_an_in_vm_broker():
+    """The adapter on its own, with ActiveMQ's in-VM broker: bad lines are answers, not crashes;
+    a unicode body and typed properties survive; JMS 2.0 requests are 'unsupported'."""
+    import json
+    import subprocess
+
+    need_activemq()
+    m = M.load(ACTIVEMQ)
+    here = ACTIVEMQ.parent
+    cmd = ["sh", str(here / "../../adapters/java/run-java.sh"), m.env["ACTIVEMQ_BROKER_CP"],
+           str(here / "../../adapters/java/JmsAdapter.java"), "--factory", "org.apache.activemq.ActiveMQConnectionFactory",
+           "--arg", "vm://adapter-test?broker.persistent=false&broker.useJmx=false", "--client-id", "c1"]
+    lines = ['{"op": "session", "ack_mode": "client"', "[1, 2]", '{"op": "fly"}',
+             '{"op": "session", "ack_mode": "sometimes"}',
+             '{"op": "session", "ack_mode": "client"}',
+             json.dumps({"op": "send", "session": "s1", "queue": "Q", "body": "h\u00e9llo \u2603 \"q\"\n",
+                         "priority": 7, "properties": {"n": 3, "big": 2**40, "ok": True, "x": 1.5, "s": "a=b&c"}}),
+             '{"op": "receive", "session": "s1", "queue": "Q", "timeout_ms": 5000}',
+             '{"op": "receive", "session": "nope", "queue": "Q"}',
+             '{"op": "subscribe", "session": "s1", "topic": "T", "name": "n", "durable": true, "shared": true}',
+             '{"op": "close"}']
+    out = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert len(answers) == len(lines), (out.stdout, out.stderr[-2000:])
+    kinds = [a.get("error") for a in answers]
+    assert kinds[:4] == ["bad_request", "bad_request", "unknown_op", "bad_request"], answers[:4]
+    msg = answers[6]["message"]
+    assert msg["body"] == "h\u00e9llo \u2603 \"q\"\n" and msg["priority"] == 7 and not msg["redelivered"]
+    assert msg["properties"] == {"n": 3, "big": 2**40, "ok": True, "x": 1.5, "s": "a=b&c"}, msg
+    assert kinds[7] == "bad_request" and kinds[8] == "unsupported" and answers[9] == {"ok": True}
+    assert out.returncode == 0

@@ -144,6 +144,8 @@ public final class JmsAdapter {
             return error("jms", e);
         } catch (Unsupported e) {
             return error("unsupported", e);
+        } catch (BadRequest e) {
+            return error("bad_request", e.getMessage());
         } catch (RuntimeException e) {
             return error("other", e);
         }
@@ -343,15 +345,15 @@ public final class JmsAdapter {
             if (line.isBlank()) continue;
             Map<String, Object> resp;
             Map<String, Object> req = null;
+            String parseError = "not a JSON object";
             try {
-                Object parsed = new Json(line).value();
-                if (!(parsed instanceof Map<?, ?>)) throw new BadRequest("a request is a JSON object");
-                @SuppressWarnings("unchecked") Map<String, Object> r = (Map<String, Object>) parsed;
-                req = r;
-                resp = adapter == null ? error("jms", "the connection could not be made: " + startError) : adapter.handle(req);
-            } catch (BadRequest e) {
-                resp = error("bad_request", e.getMessage());
+                req = Json.request(line);
+            } catch (RuntimeException e) {  // truncated or malformed JSON: an answer, never a crash
+                parseError = "not JSON (" + e.getMessage() + ")";
             }
+            if (req == null) resp = error("bad_request", parseError);
+            else if (adapter == null) resp = error("jms", "the connection could not be made: " + startError);
+            else resp = adapter.handle(req);
             out.println(Json.write(resp));
             out.flush();
             if (req != null && "close".equals(req.get("op"))) break;
@@ -376,6 +378,13 @@ public final class JmsAdapter {
         private int i;
 
         Json(String s) { this.s = s; }
+
+        /** One request line: a JSON object, or null (any other JSON value). */
+        @SuppressWarnings("unchecked")
+        static Map<String, Object> request(String line) {
+            Object v = new Json(line).value();
+            return v instanceof Map<?, ?> ? (Map<String, Object>) v : null;
+        }
 
         Object value() {
             Object v = parse();
