@@ -84,14 +84,14 @@ CHECKS: list[Check] = [
           "seed 000 'A Dropbox Message Producer' (topics)"),
     Check("publisher.every-subscription-once", "publish",
           "Every subscription of the topic existing at publish time receives every message exactly once, byte for byte.",
-          "PROTOCOL.md §1 (a copy to every subscription); seed 004 (a subscription receives what is published while it exists)"),
+          "PROTOCOL.md §1 (a copy to every subscription); seed 001 ('delivers a copy of a message to each of the subscribers')"),
     Check("publisher.ancestors", "publish",
           "Subscriptions of ancestor topics receive every message (a.b.c reaches a.b and a); those of sibling and "
           "descendant topics receive none.",
           "PROTOCOL.md §1 (fan-out to every ancestor topic, 1.2's hierarchy)"),
     Check("publisher.late-subscription", "publish",
           "A subscription created after a publish receives none of the messages published before it existed.",
-          "seed 004 / JMS: a subscription only receives messages published after it was created"),
+          "seed 001 (a copy goes to the subscribers known when the message is published); PROTOCOL.md §1"),
     Check("publisher.copies-by-rename", "publish",
           "Each copy enters its subscription's target/ (or the topic's .incoming/target/) only by a rename from the "
           "same dropbox's working/; nothing is written in target/.",
@@ -102,7 +102,7 @@ CHECKS: list[Check] = [
     Check("subscriber.durable-keeps", "subscribe",
           "A durable subscription keeps the messages published while no subscriber ran; the subscriber delivers "
           "each exactly once.",
-          "seed 004 (durable subscriptions); PROTOCOL.md §4; seed 001 (guaranteed delivery)"),
+          "seed 001 (a durable subscription's messages are held until the subscriber becomes available); seed 004"),
     Check("subscriber.own-subscription", "subscribe",
           "The subscriber consumes only its own subscription's directory; other subscriptions' copies are left alone.",
           "PROTOCOL.md §1 (each subscription is its own dropbox .subscriptions/<subId>/)"),

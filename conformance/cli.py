@@ -19,9 +19,10 @@ _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "skipped": "
 
 @click.group("conformance")
 def conformance() -> None:
-    """The conformance suite: run producers, consumers and session adapters named in
-    manifests (TOML), watch the dropbox with inotify, and judge files, names and the
-    recorded event trace against the lifecycle table and the spec."""
+    """The conformance suite: run producers, consumers, topic publishers and subscribers,
+    and session adapters (any JMS provider, through adapters/java) named in manifests
+    (TOML), watch the dropbox with inotify, and judge files, names and the recorded event
+    trace against the lifecycle table and the spec."""
 
 
 @conformance.command("list")
@@ -42,7 +43,7 @@ def list_checks() -> None:
 @click.option("--impl", "impls", multiple=True, metavar="MANIFEST",
               help="A manifest (path, or the name of a shipped one); repeatable. Default: the embedded set "
                    "(reference, shell, every broken example).")
-@click.option("--only", "only", multiple=True, metavar="CHECK", help="Run only this check (or prefix, e.g. producer); repeatable.")
+@click.option("--only", "only", multiple=True, metavar="CHECK", help="Run only this check (or prefix, e.g. producer, subscriber); repeatable.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report here.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/conformance"),
