@@ -5,6 +5,7 @@ bounded receive, never a sleep."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -80,20 +81,28 @@ def _stalled_producer(root: str, stalled, go) -> None:
     os._exit(0)
 
 
-def test_recover_with_orphan_age_zero_leaves_a_live_producers_file_alone(root):
-    """`recover --orphan-age 0` while a producer is between CREATE and SEND (stalled there):
-    the file is not an orphan, and the send completes into target/ (it was quarantined)."""
+@contextlib.contextmanager
+def _producer_stalled_at_send(root: Path):
+    """A producer process whose send has created its file in working/ and waits before the
+    SEND until the block ends; yields the child (joined, with its exit code, afterwards)."""
     Connection(root, "setup").close()
     ctx = fork_context()
     stalled, go = ctx.Event(), ctx.Event()
     child = _run(_stalled_producer, str(root), stalled, go)
     try:
         assert stalled.wait(LIMIT)
-        out = _cli(root, "recover", "--orphan-age", "0")
-        assert out.returncode == 0, out.stderr
+        yield child
     finally:
         go.set()
         child.join(LIMIT)
+
+
+def test_recover_with_orphan_age_zero_leaves_a_live_producers_file_alone(root):
+    """`recover --orphan-age 0` while a producer is between CREATE and SEND (stalled there):
+    the file is not an orphan, and the send completes into target/ (it was quarantined)."""
+    with _producer_stalled_at_send(root) as child:
+        out = _cli(root, "recover", "--orphan-age", "0")
+        assert out.returncode == 0, out.stderr
     assert child.exitcode == 0
     assert len(ls(root, "Q1", "target")) == 1 and ls(root, "Q1", "error") == [] and ls(root, "Q1", "working") == []
 
@@ -101,18 +110,10 @@ def test_recover_with_orphan_age_zero_leaves_a_live_producers_file_alone(root):
 def test_a_send_whose_file_was_taken_from_working_raises(root):
     """Something foreign moves the producer's file out of working/ before its SEND: the send
     failed and must say so (it returned as if sent)."""
-    Connection(root, "setup").close()
-    ctx = fork_context()
-    stalled, go = ctx.Event(), ctx.Event()
-    child = _run(_stalled_producer, str(root), stalled, go)
-    try:
-        assert stalled.wait(LIMIT)
+    with _producer_stalled_at_send(root) as child:
         [name] = ls(root, "Q1", "working")
         box = layout.queue_box(root, Q)
         os.rename(box.file(State.NOT_COMMITTED, name), box.file(State.DEAD_LETTER, name))
-    finally:
-        go.set()
-        child.join(LIMIT)
     assert child.exitcode == 7, "the send must raise StoreError"
 
 
@@ -207,14 +208,21 @@ def test_hard_links_in_target_are_two_messages_not_an_interrupted_rename(root):
 # ---------------------------------------------------------------- 12 and 15: removing a subscription with work in flight
 
 
+def _hold_one_of_sub(conn: Connection, **session_kind):
+    """Durable subscription "sub" on t with one message, received by a new session of ``conn``
+    and left unacknowledged / uncommitted, its consumer closed.  Returns the session."""
+    conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
+    conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"m"))
+    s = conn.create_session(**session_kind)
+    c = s.create_durable_consumer(Topic("t"), "sub")
+    assert c.receive(WAIT).body == b"m"
+    c.close()
+    return s
+
+
 def test_unsubscribe_with_unacknowledged_client_messages_is_refused(root):
     with Connection(root, "c1") as conn:
-        conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
-        conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"m"))
-        s = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
-        c = s.create_durable_consumer(Topic("t"), "sub")
-        assert c.receive(WAIT).body == b"m"
-        c.close()
+        s = _hold_one_of_sub(conn, ack_mode=CLIENT_ACKNOWLEDGE)
         with pytest.raises(IllegalStateError, match="not acknowledged"):
             conn.create_session().unsubscribe("sub")
         s.acknowledge()
@@ -241,12 +249,7 @@ def test_acknowledge_survives_a_subscription_removed_by_another_connection(root)
 
 def test_recreating_a_durable_subscription_keeps_an_uncommitted_receive(root):
     with Connection(root, "c1") as conn:
-        conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
-        conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"m"))
-        tx = conn.create_session(transacted=True)
-        c = tx.create_durable_consumer(Topic("t"), "sub")
-        assert c.receive(WAIT).body == b"m"
-        c.close()
+        tx = _hold_one_of_sub(conn, transacted=True)
         for topic, selector in ((Topic("t"), "x = 1"), (Topic("other"), None)):
             with pytest.raises(IllegalStateError, match="not acknowledged or committed"):
                 conn.create_session().create_durable_consumer(topic, "sub", selector=selector)
