@@ -547,6 +547,9 @@ def test_with_delivery_count():
         "4.1-2.T.....JMSXDeliveryCountI=3&aI=1"
     assert with_delivery_count("4.1-2.T.....aI=1", 1) == "4.1-2.T.....aI=1&JMSXDeliveryCountI=1"
     assert with_delivery_count("report.csv", 2) == "report.csv"
+    # a count pair whose name a foreign writer escaped is still the count: replaced, not doubled
+    assert with_delivery_count("4.1-2.T.....aI=1&JMSX%44eliveryCountI=1", 2) == \
+        "4.1-2.T.....aI=1&JMSXDeliveryCountI=2"
     long_name = encode_name(TextMessage(message_id="ID:1-2", jms_type="t" * 240))
     assert with_delivery_count(long_name, 1) == long_name  # would exceed 255 bytes
     with pytest.raises(ValueError):

@@ -154,6 +154,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import os
@@ -531,9 +532,17 @@ def decode_properties(field: str) -> dict[str, Property]:
     letter or a value that does not parse as its type reads as a String; a
     repeated name keeps its first position and its last value.
     """
-    props: dict[str, Property] = {}
     if not field:
-        return props
+        return {}
+    return dict(_decoded_properties(field))
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded_properties(field: str) -> tuple[tuple[str, Property], ...]:
+    """decode_properties, cached: one producer's messages mostly carry the same properties
+    field (e.g. its delivery mode), so a consumer parses it once, not once per message.
+    (Property is frozen: the cached values are shared safely; each caller gets its own dict.)"""
+    props: dict[str, Property] = {}
     for pair in field.split("&"):
         key, eq, raw = pair.partition("=")
         if not eq:
@@ -542,7 +551,7 @@ def decode_properties(field: str) -> dict[str, Property]:
         if len(key) < 2:
             continue
         props[key[:-1]] = _parse_value(key[-1], decode_field(raw))
-    return props
+    return tuple(props.items())
 
 
 # ---------------------------------------------------------------- names
@@ -644,9 +653,9 @@ def _decode_name_strict(
         timestamp=timestamp,
         priority=prio,
         expiration=expiration,
-        correlation_id=decode_field(raw_corr) or None,
-        reply_to=_reply_to(decode_field(raw_reply)),
-        jms_type=decode_field(raw_type) or None,
+        correlation_id=decode_field(raw_corr) or None if raw_corr else None,
+        reply_to=_reply_to(decode_field(raw_reply)) if raw_reply else None,
+        jms_type=decode_field(raw_type) or None if raw_type else None,
         redelivered=redelivered,
         delivery_count=delivery_count,
         properties=props,
@@ -748,9 +757,15 @@ def with_delivery_count(name: str, count: int) -> str:
     fields = parsed[1]
     fields += [""] * (8 - len(fields))
     new = f"{DELIVERY_COUNT}I={count}"
+    props = fields[7]
+    if DELIVERY_COUNT not in props and "%" not in props:
+        # A first delivery (no count pair, none hidden behind an escape): append, no re-parse.
+        fields[7] = f"{props}&{new}" if props else new
+        result = ".".join(fields)
+        return name if _name_bytes(result) > MAX_NAME_BYTES else result
     out: list[str] = []
     done = False
-    for pair in fields[7].split("&") if fields[7] else ():
+    for pair in props.split("&") if props else ():
         key = decode_field(pair.partition("=")[0])
         if key[:-1] == DELIVERY_COUNT and "=" in pair:
             if not done:
@@ -790,8 +805,13 @@ def _name_bytes(s: str) -> int:
 
 def processing_name(client_id: str, name: str) -> str:
     """``enc(client_id) + "~" + name``, or ``name`` when that exceeds 255 bytes (as 1.2)."""
-    pname = encode_field(client_id) + "~" + name
+    pname = _processing_prefix(client_id) + name
     return name if _name_bytes(pname) > MAX_NAME_BYTES else pname
+
+
+@functools.lru_cache(maxsize=64)
+def _processing_prefix(client_id: str) -> str:
+    return encode_field(client_id) + "~"  # a consumer's id never changes: encode it once
 
 
 def split_processing_name(pname: str) -> tuple[str | None, str]:

@@ -73,6 +73,10 @@ class State(enum.Enum):
     EXPIRED = "expired"
     DEAD_LETTER = "error"
 
+    # Members are singletons compared by identity: hash them by identity too, in C, not by
+    # Enum's Python-level hash of the name (every store call looks a state up in a dict).
+    __hash__ = object.__hash__
+
     @property
     def directory(self) -> str | None:
         return self.value
@@ -89,6 +93,8 @@ class Move(enum.Enum):
     REDELIVER = "Redeliver"
     DEAD_LETTER = "DeadLetter"
     PURGE = "Purge"
+
+    __hash__ = object.__hash__  # as State's
 
     @property
     def spec_action(self) -> str:

@@ -919,7 +919,8 @@ class MessageConsumer:
             box.move(Move.EXPIRE, State.NEW, name)
             return None
         count = header.delivery_count
-        pname = codec.processing_name(self.session.connection.client_id, codec.with_delivery_count(name, count))
+        stamped = codec.with_delivery_count(name, count)
+        pname = codec.processing_name(self.session.connection.client_id, stamped)
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
@@ -947,10 +948,11 @@ class MessageConsumer:
                 raise
             return None
         header.body = body
-        header.destination = self.destination
-        header.properties[DELIVERY_COUNT_PROP] = Property("I", count)
+        header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]
-        _, original = codec.split_processing_name(pname)
+        # pname is "<client>~<stamped>" (the client part holds no "~"), or, when that was
+        # too long, the stamped name itself, split as 1.2 splits it
+        original = stamped if pname != stamped else codec.split_processing_name(pname)[1]
         return Delivery(box, pname, original, header)
 
 

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -45,6 +46,9 @@ if _renameat2 is not None:
 _noreplace_supported = _renameat2 is not None
 
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def rename_noreplace(src: str, dst: str) -> None:
     """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.
 
@@ -55,7 +59,11 @@ def rename_noreplace(src: str, dst: str) -> None:
     """
     global _noreplace_supported
     if _noreplace_supported:
-        if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
+            src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
+        else:
+            src_b, dst_b = os.fsencode(src), os.fsencode(dst)
+        if _renameat2(_AT_FDCWD, src_b, _AT_FDCWD, dst_b, _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
