@@ -428,6 +428,24 @@ def test_delivery_delay_not_delivered_before_its_time(root, monkeypatch):
         assert m is not None and m.text == "later"
 
 
+def test_escaped_or_foreign_headers_still_hold_a_claim_back(root):
+    """A consumer without a selector claims plain first deliveries before decoding them; a name
+    whose delivery time, expiration or delivery count is there (escaped or not) is decoded first."""
+    far = int(time.time() * 1000) + 3_600_000
+    with Connection(root, "a", FAST) as c:
+        cons = c.create_session().create_consumer(Q)
+        target = state_dir(root, "Q1", "target")
+        (target / f"4.1140429201295003-3333333333.T.....JMS_DropboxMQ_Delivery%54imeL={far}").write_bytes(b"later")
+        (target / "4.1140429201295004-4444444444.T.1").write_bytes(b"expired")
+        (target / "4.1140429201295005-5555555555.T.....JMSX%44eliveryCountI=2").write_bytes(b"third")
+        (target / "4.1140429201295006-6666666666.T").write_bytes(b"first")
+        got = drain(cons, 0.1)
+    assert [(m.body, m.get_property("JMSXDeliveryCount"), m.redelivered) for m in got] == \
+        [(b"third", 3, True), (b"first", 1, False)]
+    assert len(ls(root, "Q1", "target")) == 1 and len(ls(root, "Q1", "expired")) == 1
+    assert any("JMSXDeliveryCountI=3" in n for n in ls(root, "Q1", "processed"))
+
+
 # ================================================================ order
 
 

@@ -905,20 +905,23 @@ class MessageConsumer:
     def _try_claim(self, name: str) -> Delivery | None:
         box, settings, scanner = self.box, self.session.settings, self._scanner
         now = now_ms()
-        header = from_wire(name, now)
-        if self._selector is not None and not self._selector.matches(header):
-            scanner.skip.add(name)  # a name never changes: it will never match
-            return None
-        if header.delivery_time > now:
-            # Delivery delay not yet over: skip it until then (retrying it at once would
-            # relist and spin on it forever when it is the only name left).
-            self._deferred[name] = header.delivery_time
-            scanner.skip.add(name)
-            return None
-        if header.is_expired(now):
-            box.move(Move.EXPIRE, State.NEW, name)
-            return None
-        count = header.delivery_count
+        if self._selector is None and _nothing_holds_back(name):
+            header, count = None, 1  # decoded once claimed: a lost race costs no decode
+        else:
+            header = from_wire(name, now)
+            if self._selector is not None and not self._selector.matches(header):
+                scanner.skip.add(name)  # a name never changes: it will never match
+                return None
+            if header.delivery_time > now:
+                # Delivery delay not yet over: skip it until then (retrying it at once would
+                # relist and spin on it forever when it is the only name left).
+                self._deferred[name] = header.delivery_time
+                scanner.skip.add(name)
+                return None
+            if header.is_expired(now):
+                box.move(Move.EXPIRE, State.NEW, name)
+                return None
+            count = header.delivery_count
         stamped = codec.with_delivery_count(name, count)
         pname = codec.processing_name(self.session.connection.client_id, stamped)
         try:
@@ -947,6 +950,8 @@ class MessageConsumer:
                 box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
                 raise
             return None
+        if header is None:
+            header = from_wire(name, now)
         header.body = body
         header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]
@@ -954,6 +959,17 @@ class MessageConsumer:
         # too long, the stamped name itself, split as 1.2 splits it
         original = stamped if pname != stamped else codec.split_processing_name(pname)[1]
         return Delivery(box, pname, original, header)
+
+
+def _nothing_holds_back(name: str) -> bool:
+    """Can a consumer without a selector claim ``name`` before decoding it?  Yes when nothing
+    in it could keep the claim back or change the processing name: no expiration field, no
+    delivery time, no delivery count yet (so this is delivery 1), and no escape that could
+    hide one of them.  Anything else is decoded first, as always."""
+    if "%" in name or DELIVERY_TIME_PROP in name or DELIVERY_COUNT_PROP in name:
+        return False
+    fields = name.split(".", 4)
+    return len(fields) < 4 or not fields[3]
 
 
 def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
