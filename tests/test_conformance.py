@@ -286,13 +286,28 @@ def test_replay_rejects_skipping_processing_and_deleting_in_flight():
     assert R.replay(_seq(gone), ack_removes=True).ok  # the manifest says: ack = delete
 
 
-def test_replay_ignores_directories_dotfiles_and_internal_files():
+def test_replay_ignores_state_directories_and_internal_files():
     recs = [{"op": "create", "path": "Q1/incoming/target", "kind": "dir"},
-            {"op": "create", "path": "Q1/incoming/target/.wip"},
             {"op": "create", "path": "dropboxmq/clients/c1"},
             {"op": "rename", "src": "topic-root/T/.subscriptions/s", "dst": "topic-root/T/.subscriptions/.deleted-1",
              "kind": "dir"}]
     assert R.replay(_seq(recs)).ok
+
+
+def test_replay_judges_dot_files_and_directories_as_entries():
+    # 1.2 claims dot-files and directories (a directory ends in error/): both are entries,
+    # so one written straight into target/ is visible half-made -- an illegal create
+    entries = [{"op": "create", "path": "Q1/incoming/working/.wip"},
+               {"op": "rename", "src": "Q1/incoming/working/.wip", "dst": "Q1/incoming/target/.wip"},
+               {"op": "rename", "src": "Q1/incoming/target/.wip", "dst": "Q1/incoming/processing/c~.wip"},
+               {"op": "create", "path": "Q1/incoming/working/d", "kind": "dir"},
+               {"op": "rename", "src": "Q1/incoming/working/d", "dst": "Q1/incoming/target/d", "kind": "dir"},
+               {"op": "rename", "src": "Q1/incoming/target/d", "dst": "Q1/incoming/processing/c~d", "kind": "dir"},
+               {"op": "rename", "src": "Q1/incoming/processing/c~d", "dst": "Q1/incoming/error/c~d", "kind": "dir"}]
+    res = R.replay(_seq(entries))
+    assert res.ok and res.events == 7
+    direct = R.replay(_seq([{"op": "create", "path": "Q1/incoming/target/.wip"}]))
+    assert "ABSENT to NEW" in direct.violation.reason
 
 
 def test_tlc_job_knows_empty_and_too_large_traces_without_tlc(tmp_path):

@@ -767,6 +767,19 @@ def with_delivery_count(name: str, count: int) -> str:
     return result
 
 
+def name_delivery_count(name: str) -> int:
+    """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix is
+    allowed); 0 when the name has none or is unparseable.  What a name *means* by it
+    depends on where it is (see "Delivery count" above and ``lifecycle.COUNT_RULES``)."""
+    parsed = _split_name(split_processing_name(name)[1])
+    if parsed is None or len(parsed[1]) < 8:
+        return 0
+    stored = decode_properties(parsed[1][7]).get(DELIVERY_COUNT)
+    if stored is None or stored.letter not in _INT_BITS or not 0 < stored.value < _INT_MAX:
+        return 0
+    return stored.value
+
+
 def _name_bytes(s: str) -> int:
     try:
         return len(s.encode("utf-8", "surrogateescape"))
