@@ -87,9 +87,12 @@ Delivery count (1.2)
 --------------------
 
 1.2 keeps the delivery count in the name as the property
-``JMSXDeliveryCountI=<n>``; the claim (target -> processing rename) writes the
+``JMSXDeliveryCountI=<n>``.  Our claim (target -> processing rename) writes the
 *current* delivery count into the name (:func:`with_delivery_count`), so the
-name always counts the deliveries that have been *attempted*.  Reading a name
+name always counts the deliveries that have been *attempted*; 1.2's claim keeps
+the name and its ack appends the count (recorded in
+``fixtures/dropboxmq12-traces``).  Both are correct: ``lifecycle.COUNT_RULES``
+is the family of correct placements.  Reading a name
 from ``target/`` (the default), ``n`` present means the message is being
 redelivered: ``redelivered = True`` and ``delivery_count = n + 1``; absent
 means first delivery (``False``, 1).  Reading a name that a claim produced
