@@ -4,12 +4,14 @@ implementation, the catch rate of the shipped broken examples, the watcher and t
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 from inotify_simple import Event, flags
 
+from dropboxmq import codec
 from dropboxmq.conformance import checks as C
 from dropboxmq.conformance import manifest as M
 from dropboxmq.conformance import replay as R
@@ -264,6 +266,70 @@ def test_replay_accepts_a_legal_life():
     assert res.ok and res.events == 4
     (track,) = res.tracks.values()
     assert [s.move for s in track.steps if s.move] == ["Create", "Send", "Claim", "Ack"]
+
+
+N12 = "4.1700000000000000-0000000001.T"
+
+
+def _counted(k: int) -> str:
+    return codec.with_delivery_count(N12, k) if k else N12
+
+
+def _two_deliveries(claim1: int, back: int, claim2: int, ack: int, box="Q1/incoming") -> list[dict]:
+    """Send, claim, redeliver, claim again, ack -- with the name's count at each place."""
+    recs = _life(N12)[:3]
+    recs += [{"op": "rename", "src": f"{box}/target/{N12}", "dst": f"{box}/processing/c~{_counted(claim1)}"},
+             {"op": "rename", "src": f"{box}/processing/c~{_counted(claim1)}", "dst": f"{box}/target/{_counted(back)}"},
+             {"op": "rename", "src": f"{box}/target/{_counted(back)}", "dst": f"{box}/processing/d~{_counted(claim2)}"},
+             {"op": "rename", "src": f"{box}/processing/d~{_counted(claim2)}", "dst": f"{box}/processed/d~{_counted(ack)}"}]
+    return _seq(recs)
+
+
+@pytest.mark.parametrize("claim1, back, claim2, ack, legal", [
+    (1, 1, 2, 2, True),    # ours: the claim stamps the count, the redelivery keeps the name
+    (0, 1, 1, 2, True),    # 1.2: the claim keeps the name, the ack appends it, recovery stamps it
+    (0, 1, 2, 2, True),    # mixed: 1.2 first, ours second
+    (1, 1, 1, 2, True),    # ours first, 1.2 second
+    (0, 0, 0, 1, False),   # a recovery that forgets: next delivery would say JMSRedelivered=false
+    (1, 2, 3, 3, False),   # a redelivery that counts twice: JMSXDeliveryCount 3 on the 2nd delivery
+    (2, 2, 3, 3, False),   # a claim stamping a count ahead of the deliveries
+    (1, 1, 2, 3, False),   # an ack recording a delivery that never happened
+])
+def test_replay_keeps_redelivered_and_delivery_count_exact(claim1, back, claim2, ack, legal):
+    res = R.replay(_two_deliveries(claim1, back, claim2, ack))
+    assert res.ok is legal, res.violation and res.violation.reason
+    if not legal:
+        assert "JMSXDeliveryCount" in res.violation.reason
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+def test_tlc_agrees_with_the_replay_on_counts_replacing_and_purging(tmp_path):
+    cases = {"ours": _two_deliveries(1, 1, 2, 2), "1.2": _two_deliveries(0, 1, 1, 2),
+             "forgets": _two_deliveries(0, 0, 0, 1), "ack-ahead": _two_deliveries(1, 1, 2, 3),
+             "replace": _seq(_life(N12)[:3] + _life(N12)[:3]),
+             "consumer-purge": [dict(r, purge=False) if r["op"] == "delete" else r for r in
+                                _seq(_life(N12)[:3] + [{"op": "delete", "path": f"Q1/incoming/target/{N12}"}])]}
+    jobs = [R.tlc_job(k, recs, tmp_path / k) for k, recs in cases.items()]
+    out = R.run_tlc_jobs(jobs, timeout=300)
+    assert {k: o.status for k, o in out.items()} == {
+        "ours": "pass", "1.2": "pass", "forgets": "fail", "ack-ahead": "fail", "replace": "fail",
+        "consumer-purge": "fail"}
+
+
+def test_replay_rejects_a_rename_that_replaces_a_message():
+    twice = _life(N12)[:3] + _life(N12)[:3]  # a producer reusing one name: the 2nd Send replaces the 1st
+    v = R.replay(_seq(twice)).violation
+    assert v is not None and v.seq == 5 and "replaced" in v.reason
+
+
+def test_replay_purge_is_an_operators_action_only():
+    recs = _seq(_life(N12)[:3] + [{"op": "delete", "path": f"Q1/incoming/target/{N12}"}])
+    assert R.replay(recs).ok  # an operator's purge
+    v = R.replay(recs, purge=False).violation
+    assert v.seq == 3 and "Purge is an operator's action" in v.reason
+    helper = [dict(r, actor="suite: planting") if r["op"] == "delete" else r for r in recs]
+    assert R.replay(helper, purge=False).ok
 
 
 def test_replay_rejects_an_illegal_move_with_the_first_bad_event():

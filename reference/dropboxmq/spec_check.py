@@ -476,6 +476,10 @@ def _actors(rec: dict) -> str:
     return "{" + rec[who] + "}"
 
 
+#: File.n of a name no model state stands for (past any MaxDel; TLA+ has no -1 here)
+NO_MODEL_COUNT = 999_999
+
+
 def _model_count(src: str, dst: str, prev_n: int, prev_k: int, cnt: int) -> int:
     """The model's n (File.n: the count a name in target/ carries) of a message renamed
     ``src`` -> ``dst`` whose name now carries ``cnt`` (before: ``prev_k``; model: ``prev_n``).
@@ -483,7 +487,8 @@ def _model_count(src: str, dst: str, prev_n: int, prev_k: int, cnt: int) -> int:
     In target/ the name carries n itself (TLC checks Send and Redeliver against it).  Out
     of target/ the model keeps n (deliveries so far = n + 1) and the name may keep its
     count or be stamped (lifecycle.COUNT_RULES, the same table the replay uses); a name
-    outside that family stands for no state of the model (-1), so TLC rejects the step."""
+    outside that family stands for no state of the model (NO_MODEL_COUNT), so TLC rejects
+    the step."""
     if dst == "target":
         return cnt
     try:
@@ -491,7 +496,7 @@ def _model_count(src: str, dst: str, prev_n: int, prev_k: int, cnt: int) -> int:
     except (IllegalMove, ValueError):
         return cnt
     deliveries = prev_n + 1 if move is Move.CLAIM or src == "processing" else prev_n
-    return prev_n if count_ok(move, prev_k, cnt, deliveries) else -1
+    return prev_n if count_ok(move, prev_k, cnt, deliveries) else NO_MODEL_COUNT
 
 
 def _owner(name: str) -> str | None:
@@ -588,7 +593,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             prev_n = model_n.get(ident, prev_k)
             n = _model_count(s[1], d[1], prev_n, prev_k, cnt)
             model_n[ident], name_n[ident] = n, cnt
-            max_n = max(max_n, n)
+            max_n = max(max_n, n if n != NO_MODEL_COUNT else 0)
             if s[1] == "processing" and d[1] == "error":
                 dead_n.append(n)
             if d[1] == "expired":
