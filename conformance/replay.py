@@ -329,6 +329,7 @@ class TlcOutcome:
     first_bad: dict | None = None  # the trace record no Dropbox step matches
     context: list[dict] = field(default_factory=list)  # the records around it
     timeline: list[dict] = field(default_factory=list)  # its message's states up to it
+    unavailable: bool = False  # TLC could not decide (missing, crashed, timed out)
 
 
 @dataclass
@@ -340,8 +341,9 @@ class TlcJob:
     records: list[dict]
 
 
-def message_excerpt(records: list[dict], box: str) -> list[dict]:
-    """The agreed-format records of one dropbox's message files (for TLC)."""
+def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[dict]:
+    """The agreed-format records of one dropbox's message files (for TLC).  A delete by
+    the implementation is marked ``purge: False`` unless ``purge`` (only an operator purges)."""
     out = []
     for rec in records:
         if rec.get("kind") == "dir" or rec.get("op") not in ("create", "close_write", "rename", "delete"):
@@ -349,6 +351,8 @@ def message_excerpt(records: list[dict], box: str) -> list[dict]:
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]
         if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1]):
+            if rec["op"] == "delete" and not purge and actor_of(rec) == IMPLEMENTATION:
+                rec = dict(rec, purge=False)
             out.append(rec)
     return out
 
@@ -390,18 +394,21 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
     try:
         verdicts = spec_check.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
-        return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}") for j in jobs}
+        return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}", unavailable=True) for j in jobs}
     out: dict[Any, TlcOutcome] = {}
     for job, v in zip(jobs, verdicts):
         if v.accepted:
             out[job.key] = TlcOutcome("pass", f"TLC accepted all {len(job.records)} message events")
         elif not v.decided:
-            out[job.key] = TlcOutcome("inconclusive", v.reason)
+            out[job.key] = TlcOutcome("inconclusive", v.reason, unavailable=True)
         else:
             bad = job.records[v.first_bad] if v.first_bad is not None and v.first_bad < len(job.records) else None
             where = f"event #{bad.get('seq')}" if bad else "the trace"
             k = v.first_bad or 0
-            out[job.key] = TlcOutcome("fail", f"TLC rejected {where}: {v.reason}", bad,
+            helper = bad is not None and actor_of(bad) != IMPLEMENTATION
+            if helper:  # the suite's own move: named, never charged to the implementation
+                where += f" (made by {actor_of(bad)}, the suite's own helper)"
+            out[job.key] = TlcOutcome("inconclusive" if helper else "fail", f"TLC rejected {where}: {v.reason}", bad,
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [])
     return out

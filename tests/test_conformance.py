@@ -22,8 +22,9 @@ SHELL = M.impls_dir() / "shell"
 BROKEN = M.impls_dir() / "broken"
 
 
-def write_manifest(tmp: Path, name: str, expect: str = "fail", flags: str = "", **commands: str) -> M.Manifest:
-    body = f'name = "{name}"\nexpect = "{expect}"\n[commands]\n'
+def write_manifest(tmp: Path, name: str, expect: str = "fail", flags: str = "", caught_by: tuple[str, ...] = (),
+                   **commands: str) -> M.Manifest:
+    body = f'name = "{name}"\nexpect = "{expect}"\ncaught_by = {list(caught_by)!r}\n[commands]\n'
     body += "".join(f"{role} = '''{cmd}'''\n" for role, cmd in commands.items())
     body += "[flags]\nconsume_output = \"names\"\ntimeout = 15\n" + flags
     p = tmp / f"{name}.toml"
@@ -60,6 +61,7 @@ FAILING: dict[str, object] = {
     "consumer.delivers-all": ("consume", CONSUME + " | head -n 4"),
     "consumer.junk-tolerant": ("consume", "rm -f {root}/{queue}/incoming/target/.in-progress*; " + CONSUME),
     "consumer.expired-not-delivered": "ignores-lost-races",
+    "consumer.late-priority": "late-priority-ignored",
     "consumer.order": ("consume", f"sed 's/-k1,1nr/-k1,1n/' {SHELL}/consume.sh | sh -s {{root}} {{queue}} {{client_id}}"),
     "consumer.contention-exactly-once": "ignores-lost-races",
     "consumer.lost-race": "ignores-lost-races",
@@ -83,7 +85,7 @@ def test_check_fails_against_a_broken_implementation(check, tmp_path):
         m = SHIPPED(how)
     else:
         role, cmd = how
-        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **{role: cmd})
+        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), caught_by=(check,), **{role: cmd})
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
     assert r.status == C.FAIL, (r.summary, r.evidence)
@@ -163,7 +165,8 @@ BROKEN_ADAPTER = textwrap.dedent('''
 def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
     script = tmp_path / "broken_adapter.py"
     script.write_text(BROKEN_ADAPTER)
-    m = write_manifest(tmp_path, "broken-adapter", adapter=f"{{python}} {script} {{root}} {{client_id}}")
+    m = write_manifest(tmp_path, "broken-adapter", caught_by=(check,),
+                       adapter=f"{{python}} {script} {{root}} {{client_id}}")
     m.env["BROKEN_MODE"] = check.split(".", 1)[1]
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
@@ -183,7 +186,7 @@ def test_catch_rate_of_the_shipped_broken_examples_is_100_percent(tmp_path):
 
 
 def test_catch_rate_below_100_percent_fails_the_run(tmp_path):
-    m = write_manifest(tmp_path, "not-really-broken", produce=PRODUCE)
+    m = write_manifest(tmp_path, "not-really-broken", caught_by=("producer.working-clean",), produce=PRODUCE)
     summary = runner.run_all([m], tmp_path / "out", only={"producer.working-clean"}, tlc=False)
     assert summary.catch_rate == 0.0 and not summary.ok
     assert summary.reports[0].verdict == "NOT CAUGHT"
@@ -390,7 +393,11 @@ def test_tlc_result_fails_on_a_rejection_and_names_traces_left_to_the_replay():
     r = suite.tlc_result([("produce", ok), ("consume-contention", big)])
     assert r.status == C.PASS and "consume-contention" in r.summary
     r = suite.tlc_result([("produce", ok), ("consume-basic", bad)])
-    assert r.status == C.FAIL and r.evidence["record"] == {"seq": 3}
+    assert r.status == C.FAIL and r.evidence["rejections"][0]["record"] == {"seq": 3}
+    other = R.TlcOutcome("fail", "TLC rejected event #9", {"seq": 9})
+    r = suite.tlc_result([("consume-basic", bad), ("consume-kill9", other)])  # every rejection is listed
+    assert [x["scenario"] for x in r.evidence["rejections"]] == ["consume-basic", "consume-kill9"]
+    assert "2 trace(s)" in r.summary and "#9" in r.summary
     assert suite.tlc_result([("consume-contention", big)]).status == C.INCONCLUSIVE
     undecided = R.TlcOutcome("inconclusive", "TLC timed out after 300 s")
     assert suite.tlc_result([("produce", ok), ("consume-basic", undecided)]).status == C.INCONCLUSIVE
@@ -407,8 +414,9 @@ def test_model_tlc_against_real_tlc(name, expected, tmp_path):
     r = result(rep, "model.tlc")
     assert r.status == expected, (r.summary, r.evidence)
     if expected == C.FAIL:
-        assert r.evidence["record"]["seq"] >= 0
-        assert r.evidence["timeline"][-1]["state"] == "REJECTED by TLC"
+        first = r.evidence["rejections"][0]
+        assert first["record"]["seq"] >= 0
+        assert first["timeline"][-1]["state"] == "REJECTED by TLC"
 
 
 def test_manifests_load_and_fill_placeholders(tmp_path):

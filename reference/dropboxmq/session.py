@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import codec, layout, topics
-from .clients import Registration, is_dead, liveness
+from .clients import Registration, is_dead
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -898,14 +898,14 @@ class MessageConsumer:
         return Delivery(box, pname, original, header)
 
 
-def redelivery_name(root: Path, client: str | None, original: str) -> str:
+def redelivery_name(original: str) -> str:
     """The name a dead owner's processing/ entry goes back to target/ under: it must carry
-    the deliveries attempted so far (lifecycle.COUNT_RULES), or the next delivery would say
-    JMSRedelivered=false.  Our claims stamp the count already; a client never registered
-    here (1.2, a script) claims the name unchanged, so its count is one short: stamp it."""
-    count = codec.name_delivery_count(original)
-    stamped_at_claim = count > 0 if client is None else liveness(root, client) != "unknown"
-    return original if stamped_at_claim else codec.with_delivery_count(original, count + 1)
+    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
+    JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
+    one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
+    kept name that already carries n cannot be told from a stamped one: it stays, so the
+    flag is right, and the count is exact whenever the claim stamped it.)"""
+    return original if codec.name_delivery_count(original) else codec.with_delivery_count(original, 1)
 
 
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
@@ -926,7 +926,7 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
             try:
                 if box.drop_interrupted_link(State.DELIVERED, pname):
                     continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
-                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(root, client, original)):
+                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
                     moved += 1
             except StoreError as exc:
                 log.warning("cannot redeliver %s: %s", pname, exc)
