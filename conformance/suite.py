@@ -771,7 +771,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
 
 #: consumer.late-priority: the backlog, how long the consumer is held after the late arrival
 #: (a listing at least this old is stale), and within how many claims it must take the message
-LATE_BACKLOG, LATE_HOLD_S, LATE_BOUND = 60, 1.0, 3
+LATE_BACKLOG, LATE_HOLD_S, LATE_BOUND = 12, 1.0, 3
 
 
 def consumer_late_priority(m: Manifest, out: Path, n: int = LATE_BACKLOG) -> tuple[list[Result], Scenario]:

@@ -177,12 +177,52 @@ def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
 
 
 def test_catch_rate_of_the_shipped_broken_examples_is_100_percent(tmp_path):
-    manifests = [M.load(p) for p in M.default_manifests() if M.load(p).expect == "fail"]
-    assert len(manifests) >= 7
+    """The default run without TLC: the good implementations (reference, shell, the 1.2-style
+    one) pass everything they play, and every broken example fails a check of its caught_by
+    that all of them pass; model.tlc (off here) is the only named check allowed not to fail."""
+    manifests = [M.load(p) for p in M.default_manifests()]
+    assert sum(m.expect == "fail" for m in manifests) >= 11
     summary = runner.run_all(manifests, tmp_path, tlc=False, jobs=4)
+    good = {r.name: [x.check for x in r.failures] for r in summary.reports if r.expect == "pass"}
+    assert set(good) >= {"reference", "shell", "v12-style"} and not any(good.values()), good
     assert summary.catch_rate == 1.0, {r.name: (r.verdict, r.caught_by) for r in summary.reports}
-    for rep in summary.reports:
-        assert set(rep.manifest.caught_by) <= set(rep.caught_by), (rep.name, rep.caught_by)
+    for rep in summary.broken:
+        named = set(rep.manifest.caught_by) - {"model.tlc"}
+        assert named <= set(rep.caught_by) <= set(rep.manifest.caught_by), (rep.name, rep.caught_by)
+
+
+def _report(name: str, expect: str, **statuses: str) -> runner.ImplReport:
+    m = M.Manifest(name, "", Path(f"/x/{name}.toml"), {"consume": "x"}, expect=expect,
+                   caught_by=["consumer.order", "consumer.delivers-all"] if expect == "fail" else [])
+    return runner.ImplReport(m, [C.Result(c.replace("_", "."), s, "") for c, s in statuses.items()])
+
+
+def test_a_check_its_good_twin_also_fails_catches_nothing():
+    good = _report("good", "pass", consumer_order="fail", consumer_delivers_all="pass")
+    broken = _report("broken", "fail", consumer_order="fail", consumer_delivers_all="pass")
+    runner.trust([good, broken])
+    assert broken.caught_by == [] and not broken.ok and broken.verdict == "NOT CAUGHT"
+    good.results[0].status = C.PASS
+    runner.trust([good, broken])
+    assert broken.caught_by == ["consumer.order"] and broken.ok
+    summary = runner.RunSummary([good, broken], 1.0)
+    assert summary.catch_rate == 1.0 and summary.overall == "OK"
+
+
+def test_tlc_that_cannot_run_makes_the_run_inconclusive(tmp_path, monkeypatch):
+    from dropboxmq import spec_check
+
+    def no_tlc(*a, **k):
+        raise FileNotFoundError("java: not found")
+
+    monkeypatch.setattr(spec_check, "validate_traces", no_tlc)
+    m = M.load(SHELL / "shell.toml")
+    summary = runner.run_all([m], tmp_path, only={"producer.exit-clean", "model.tlc"}, tlc=True)
+    r = result(summary.reports[0], "model.tlc")
+    assert r.status == C.INCONCLUSIVE and "could not run" in r.summary
+    assert summary.overall == "INCONCLUSIVE" and not summary.ok
+    off = runner.run_all([m], tmp_path, only={"producer.exit-clean", "model.tlc"}, tlc=False)
+    assert off.overall == "OK"  # --no-tlc: asked for, not a failure to judge
 
 
 def test_catch_rate_below_100_percent_fails_the_run(tmp_path):
@@ -430,6 +470,37 @@ def test_manifests_load_and_fill_placeholders(tmp_path):
     bad.write_text('name = "b"\n[commands]\nfly = "x"\n')
     with pytest.raises(M.ManifestError):
         M.load(bad)
+
+
+@pytest.mark.parametrize("top, tables, error", [
+    ("", '[flag]\nordered = true\n', "unknown key 'flag'; did you mean 'flags'?"),
+    ("", '[flags]\norderd = true\n', "unknown [flags] key 'orderd'; did you mean 'ordered'?"),
+    ("", '[produce]\nbody = "own"\n', "unknown [produce] key 'body'; did you mean 'bodies'?"),
+    ("", '[produce]\nbodies = "mine"\n', "[produce] bodies must be one of"),
+    ('expect = "fail"\n', "", "must name the checks aimed at its defect in caught_by"),
+    ('expect = "fail"\ncaught_by = ["model.replya"]\n', "", "did you mean 'model.replay'?"),
+])
+def test_manifest_typos_are_one_line_errors_with_a_suggestion(tmp_path, top, tables, error):
+    p = tmp_path / "m.toml"
+    p.write_text('name = "m"\n' + top + '[commands]\nproduce = "x"\n' + tables)
+    with pytest.raises(M.ManifestError) as exc:
+        M.load(p)
+    assert error in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_waivers_skip_their_checks_and_say_why(tmp_path):
+    own = f"i=0; for f in {{body_dir}}/*; do i=$((i+1)); printf own > {{out}}/b$i; done; " \
+          f"sh {SHELL}/produce.sh {{root}} {{queue}} {{out}} 4"
+    m = write_manifest(tmp_path, "own", expect="pass", flags="ordered = false\n", produce=own,
+                       consume=CONSUME)
+    m.bodies = m.priority = "own"
+    assert set(m.waivers) == {"consumer.order", "consumer.late-priority", "producer.bodies-complete",
+                              "producer.metadata"}
+    rep = runner.run_impl(m, tmp_path / "out", only={"producer.bodies-complete", "producer.metadata",
+                                                     "producer.names-decode"}, tlc=False)
+    assert result(rep, "producer.bodies-complete").status == C.SKIPPED
+    assert result(rep, "producer.bodies-complete").summary.startswith("waived: produce.bodies")
+    assert result(rep, "producer.names-decode").status == C.PASS
 
 
 def test_run_says_that_publish_and_subscribe_commands_are_not_run(tmp_path):
