@@ -6,12 +6,11 @@
 set -eu
 root=$1 queue=$2 body_dir=$3 prio=$4
 box="$root/$queue/incoming"
+. "$(dirname "$0")/name12.sh"
 seq=0
 for body in "$body_dir"/*; do
   [ -f "$body" ] || continue
-  ms=$(date +%s%3N)
-  rnd=$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')
-  name=$(printf '%s.%s%03d-%010d.B' "$prio" "$ms" $((seq % 1000)) "$rnd")
+  name=$(new_name "$prio" "$seq")
   seq=$((seq + 1))
   w="$box/working/$name"
   (set -C; : > "$w")                 # create exclusively, close (close_write #1)
