@@ -209,7 +209,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
         except IllegalMove as exc:
             fail(rec, tr, f"{exc} ({tr.state.directory or 'absent'} -> {dest.directory or 'absent'})", path)
             return False
-        if Move.PURGE in moves and not purge and actor_of(rec) == IMPLEMENTATION:
+        if moves == [Move.PURGE] and not purge and actor_of(rec) == IMPLEMENTATION:  # (ack_removes: ACK+PURGE)
             fail(rec, tr, f"deleted a message from {tr.state.directory}/: a producer or consumer never deletes "
                  "messages (Purge is an operator's action)", path)
             return False

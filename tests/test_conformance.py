@@ -393,6 +393,7 @@ def test_replay_rejects_skipping_processing_and_deleting_in_flight():
     gone = _life()[:4] + [{"op": "delete", "path": "Q1/incoming/processing/c~4.1000-1.T"}]
     assert R.replay(_seq(gone)).violation.seq == 4
     assert R.replay(_seq(gone), ack_removes=True).ok  # the manifest says: ack = delete
+    assert R.replay(_seq(gone), ack_removes=True, purge=False).ok  # an ack, not a purge
 
 
 def test_replay_ignores_state_directories_and_internal_files():
