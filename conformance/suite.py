@@ -194,6 +194,7 @@ class Scenario:
     manifest: Manifest
     watcher: Watcher = field(init=False)
     procs: list[Proc] = field(default_factory=list)
+    replay_only: str = ""  # why TLC does not validate this scenario's trace ("": it does)
     _barriers: int = 0
 
     def __post_init__(self) -> None:
@@ -771,7 +772,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
 
 #: consumer.late-priority: the backlog, how long the consumer is held after the late arrival
 #: (a listing at least this old is stale), and within how many claims it must take the message
-LATE_BACKLOG, LATE_HOLD_S, LATE_BOUND = 12, 1.0, 3
+LATE_BACKLOG, LATE_HOLD_S, LATE_BOUND = 40, 1.0, 3
 
 
 def consumer_late_priority(m: Manifest, out: Path, n: int = LATE_BACKLOG) -> tuple[list[Result], Scenario]:
@@ -779,6 +780,7 @@ def consumer_late_priority(m: Manifest, out: Path, n: int = LATE_BACKLOG) -> tup
     (SIGSTOP), drops one priority-9 message, holds it LATE_HOLD_S seconds and resumes it.  The
     late message must be among its next LATE_BOUND claims (1.2's 30-second listing cache fails)."""
     sc = Scenario("consume-late-priority", out / "consume-late-priority", m)
+    sc.replay_only = "its moves are consume-basic's; a large backlog only makes TLC slow"
     make_layout(sc.root)
     sc.watcher.start()
     claimed = threading.Event()
@@ -1145,6 +1147,9 @@ def tlc_jobs(m: Manifest, scenarios: list[Scenario],
     jobs: list[TlcJob] = []
     known: list[tuple[str, TlcOutcome]] = []
     for s in scenarios:
+        if s.replay_only:
+            known.append((s.name, TlcOutcome("too-large", s.replay_only)))
+            continue
         j = tlc_job((m.name, s.name), s.records, s.dir, max_events=max_events)
         if isinstance(j, TlcJob):
             jobs.append(j)
@@ -1159,7 +1164,7 @@ def tlc_result(outcomes: list[tuple[str, TlcOutcome]]) -> Result:
     named but left to the replay), and is inconclusive otherwise."""
     judged = [(n, o) for n, o in outcomes if o.status in (C.PASS, C.FAIL, C.INCONCLUSIVE)]
     large = [n for n, o in outcomes if o.status == "too-large"]
-    rest = f"; over the size limit, replay only: {', '.join(large)}" if large else ""
+    rest = f"; judged by the replay only (size): {', '.join(large)}" if large else ""
     fails = [(n, o) for n, o in judged if o.status == C.FAIL]
     if fails:
         n, o = fails[0]
