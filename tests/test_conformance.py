@@ -360,6 +360,27 @@ def test_tlc_agrees_with_the_replay_on_counts_replacing_and_purging(tmp_path):
         "consumer-purge": "fail"}
 
 
+def test_suite_helpers_moves_carry_their_actor_and_are_never_charged(tmp_path):
+    m = M.load(SHELL / "shell.toml")
+    results, sc = suite.consumer_basic(m, tmp_path)
+    planted = [r for r in sc.records if r.get("op") == "rename" and "/target/" in r.get("dst", "")]
+    claims = [r for r in sc.records if r.get("op") == "rename" and "/processing/" in r.get("dst", "")]
+    assert planted and all(r.get("actor") == suite.PLANTING for r in planted)
+    assert claims and not any(r.get("actor") for r in claims)
+    timeline = R.replay(sc.records).tracks["m1"].steps
+    assert timeline[0].actor == suite.PLANTING and timeline[-1].actor == R.IMPLEMENTATION
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+def test_tlc_rejection_of_a_helpers_move_is_not_charged(tmp_path):
+    forgets = _two_deliveries(0, 0, 0, 1)
+    helper = [dict(r, actor="suite: fallback recovery") if r["seq"] == 4 else r for r in forgets]
+    out = R.run_tlc_jobs([R.tlc_job("impl", forgets, tmp_path / "a"), R.tlc_job("helper", helper, tmp_path / "b")])
+    assert out["impl"].status == "fail"
+    assert out["helper"].status == "inconclusive" and "suite: fallback recovery" in out["helper"].detail
+
+
 def test_replay_rejects_a_rename_that_replaces_a_message():
     twice = _life(N12)[:3] + _life(N12)[:3]  # a producer reusing one name: the 2nd Send replaces the 1st
     v = R.replay(_seq(twice)).violation
