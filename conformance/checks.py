@@ -62,13 +62,17 @@ CHECKS: list[Check] = [
           "JMS guaranteed delivery (seed 001); PROTOCOL.md §2"),
     Check("consumer.junk-tolerant", "consume",
           "Garbage names, empty files, dot-files, directories and symlinks in target/ neither crash nor "
-          "block the consumer; dot-files are left alone.",
+          "block the consumer; a dot-file is an ordinary entry (it may be claimed, as 1.2 does), never lost.",
           "PROTOCOL.md §3 (foreign files consumable), §2 error/"),
     Check("consumer.expired-not-delivered", "consume", "A message whose expiration has passed is never delivered.",
           "PROTOCOL.md §4 (expired messages are never delivered); lifecycle EXPIRE"),
     Check("consumer.order", "consume",
           "Messages are delivered by priority (highest first), FIFO within a priority.",
           "PROTOCOL.md §4 priority; seed 002 (order, priority); codec.sort_key"),
+    Check("consumer.late-priority", "consume",
+          "A message of higher priority than the whole backlog, arriving while the consumer works, is among "
+          "its next 3 claims once its listing is 1 s old: a listing may be kept for 1 s, not for the backlog.",
+          "PROTOCOL.md §4 priority; seed 002 (priority); Settings.scan_interval (the reference: 0.25 s)"),
     Check("consumer.contention-exactly-once", "consume",
           "Competing with the reference's own consumers, no message is processed twice and none is lost.",
           "seed 000 (contention resolved by rename); PROTOCOL.md §2 CLAIM"),
@@ -149,7 +153,9 @@ CHECKS: list[Check] = [
           "The watcher saw every event: no inotify queue overflow, no difference at the final rescan.",
           "DESIGN.md principle 4 (a run whose trace overflowed is inconclusive)"),
     Check("model.replay", "model",
-          "Every recorded trace replays against the lifecycle table (lifecycle.TRANSITIONS).",
+          "Every recorded trace replays against the lifecycle table (lifecycle.TRANSITIONS, COUNT_RULES): "
+          "no illegal move, no rename replacing a name, no delete of a message by a producer or consumer, "
+          "delivery counts in names exact.  A helper's illegal move is named, never charged.",
           "reference/dropboxmq/lifecycle.py TRANSITIONS; spec/Dropbox.tla actions"),
     Check("model.tlc", "model", "Small traces are accepted by TLC trace validation against spec/.",
           "spec/ trace validation (dropboxmq.spec_check)"),

@@ -55,8 +55,10 @@ def list_checks() -> None:
               help="Traces with more message events than this are judged by the fast replay only "
                    "(the 1,500-event contention trace takes TLC ~40 s).")
 def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> None:
-    """Run the suite; exit 1 if an implementation expected to pass fails a check, or a
-    broken example is not caught (catch rate below 100 %)."""
+    """Run the suite; exit 1 if an implementation expected to pass fails a check, a
+    broken example is not caught by a check named in its caught_by that every
+    pass-expected implementation passes (catch rate below 100 %), or TLC could not
+    judge (missing, crashed, timed out: overall INCONCLUSIVE; --no-tlc skips TLC)."""
     from . import manifest as M
     from . import report, runner
 
@@ -122,8 +124,15 @@ def _print_summary(summary, console: Console) -> None:
         caught = sum(1 for r in summary.broken if r.ok)
         console.print(Text(f"catch rate: {rate * 100:.0f} % ({caught}/{len(summary.broken)} broken examples caught "
                            "by a named check)", style="green" if rate == 1.0 else "bold red"))
+    for why in summary.inconclusive:
+        console.print(Text(f"  inconclusive: {why} (--no-tlc runs without TLC)", style="yellow"), soft_wrap=True)
     console.print(f"wall time: {summary.seconds:.1f} s (TLC batch {summary.tlc_seconds:.1f} s); overall: "
-                  + ("[green]OK[/green]" if summary.ok else "[bold red]FAILED[/bold red]"))
+                  + _overall(summary))
+
+
+def _overall(summary) -> str:
+    return {"OK": "[green]OK[/green]", "INCONCLUSIVE": "[yellow]INCONCLUSIVE[/yellow] (TLC could not judge; exit 1)"}.get(
+        summary.overall, "[bold red]FAILED[/bold red]")
 
 
 if __name__ == "__main__":

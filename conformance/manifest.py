@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -23,6 +24,35 @@ class ManifestError(ValueError):
     pass
 
 
+#: every key a manifest may have, per table ("" = the top level); anything else is an error
+KEYS: dict[str, tuple[str, ...]] = {
+    "": ("name", "description", "expect", "caught_by", "commands", "flags", "env", "produce"),
+    "flags": ("consume_output", "ordered", "ack_removes", "timeout", "ok_exit", "api_only", "jms", "publish_mode"),
+    "produce": ("bodies", "priority"),
+}
+#: [produce] bodies / priority: "given" (the suite's {body_dir} / {priority}) or "own" (the
+#: producer cannot take them: it sends bodies / a priority of its own)
+PRODUCE_CHOICES = ("given", "own")
+#: check -> (manifest setting that waives it, why); see Manifest.waivers
+WAIVABLE: dict[str, tuple[str, str]] = {
+    "consumer.order": ("ordered", "flags.ordered = false: the consumer does not promise priority order"),
+    "consumer.late-priority": ("ordered", "flags.ordered = false: the consumer does not promise priority order"),
+    "producer.bodies-complete": ("bodies", 'produce.bodies = "own": the producer cannot send given bodies'),
+    "producer.metadata": ("priority", 'produce.priority = "own": the producer cannot set a given priority'),
+}
+
+
+def _unknown(path: Path, table: str, keys: object) -> None:
+    """A one-line error for the first key ``table`` does not know, with a did-you-mean."""
+    known = KEYS[table]
+    for key in keys:  # type: ignore[attr-defined]
+        if key not in known:
+            where = f"[{table}] " if table else ""
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise ManifestError(f"{path}: unknown {where}key {key!r}{hint}")
+
+
 @dataclass
 class Manifest:
     name: str
@@ -32,7 +62,9 @@ class Manifest:
     expect: str = "pass"  # "pass": must pass every check; "fail": a broken example that must be caught
     caught_by: list[str] = field(default_factory=list)
     ack_removes: bool = False
-    ordered: bool = False
+    ordered: bool = True
+    bodies: str = "given"
+    priority: str = "given"
     consume_output: str = "names"
     timeout: float = 20.0
     ok_exit: tuple[int, ...] = (0,)
@@ -44,6 +76,12 @@ class Manifest:
     @property
     def here(self) -> Path:
         return self.path.parent
+
+    @property
+    def waivers(self) -> dict[str, str]:
+        """The checks this manifest waives, and why (shown in every report)."""
+        waived = {"ordered": not self.ordered, "bodies": self.bodies == "own", "priority": self.priority == "own"}
+        return {check: why for check, (setting, why) in WAIVABLE.items() if waived[setting]}
 
     def has(self, role: str) -> bool:
         return bool(self.commands.get(role))
@@ -71,6 +109,11 @@ def load(path: str | Path) -> Manifest:
             data = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ManifestError(f"{path}: {exc}") from None
+    _unknown(path, "", data)
+    for table in ("flags", "produce"):
+        if not isinstance(data.get(table, {}), dict):
+            raise ManifestError(f"{path}: [{table}] must be a table")
+        _unknown(path, table, data.get(table, {}))
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError(f"{path}: 'name' (a string) is required")
@@ -95,15 +138,32 @@ def load(path: str | Path) -> Manifest:
     expect = data.get("expect", "pass")
     if expect not in ("pass", "fail"):
         raise ManifestError(f"{path}: expect must be 'pass' or 'fail'")
+    caught_by = data.get("caught_by", [])
+    if expect == "fail" and not caught_by:
+        raise ManifestError(f"{path}: a broken example (expect = 'fail') must name the checks aimed at its defect "
+                            "in caught_by")
+    from .checks import BY_ID  # (checks does not import manifests)
+
+    for check in caught_by:
+        if check not in BY_ID:
+            close = difflib.get_close_matches(str(check), BY_ID, n=1)
+            raise ManifestError(f"{path}: caught_by names no check {check!r}"
+                                + (f"; did you mean {close[0]!r}?" if close else ""))
+    produce = data.get("produce", {})
+    for key in ("bodies", "priority"):
+        if produce.get(key, "given") not in PRODUCE_CHOICES:
+            raise ManifestError(f"{path}: [produce] {key} must be one of {PRODUCE_CHOICES}")
     return Manifest(
         name=name,
         description=str(data.get("description", "")),
         path=path,
         commands=dict(commands),
         expect=expect,
-        caught_by=list(data.get("caught_by", [])),
+        caught_by=list(caught_by),
         ack_removes=bool(flags.get("ack_removes", False)),
-        ordered=bool(flags.get("ordered", False)),
+        ordered=bool(flags.get("ordered", True)),
+        bodies=produce.get("bodies", "given"),
+        priority=produce.get("priority", "given"),
         consume_output=out,
         timeout=float(flags.get("timeout", 20.0)),
         ok_exit=tuple(int(c) for c in flags.get("ok_exit", [0])),
@@ -119,9 +179,9 @@ def impls_dir() -> Path:
 
 
 def default_manifests() -> list[Path]:
-    """The embedded default: the reference, the shell implementation, every broken example."""
+    """The embedded default: the reference, the shell implementations, every broken example."""
     base = impls_dir()
-    order = [base / "reference" / "reference.toml", base / "shell" / "shell.toml"]
+    order = [base / "reference" / "reference.toml", base / "shell" / "shell.toml", base / "shell" / "v12-style.toml"]
     order += sorted((base / "broken").glob("*.toml"))
     return [p for p in order if p.exists()]
 

@@ -14,9 +14,23 @@ the directory holding it (``state_of_directory``).
   terminal directories; with the manifest flag ``ack_removes`` a delete from
   processing/ is ACK then PURGE).
 * ``close_write`` moves nothing.
+* The delivery count in the names must follow ``lifecycle.COUNT_RULES`` (the
+  family of correct ways to keep JMSRedelivered / JMSXDeliveryCount exact:
+  stamped at claim, at ack, or at redelivery); a message whose history was not
+  fully observed is not judged on its count.
+* A rename onto a name that already holds a message replaces (loses) it: a
+  violation, whatever the directories.
+* With ``purge=False`` (the role under test is a producer or a consumer, not an
+  operator) a delete of a message outside working/ is a violation; with
+  ``ack_removes`` a delete from processing/ is still ACK then PURGE.
 
-Not messages: directories, dot-files ("foreign work in progress", never
-listed by consumers), anything under ``dropboxmq/`` (client registrations,
+Every record may carry ``actor`` (who made the move, when the suite knows: its
+own planting, racing or fallback recovery); a violation names its actor, so a
+helper's illegal move is never charged to the implementation.
+
+Entries, messages or not: every entry directly in a state directory, dot-files
+and directories included (1.2 claims both; a directory ends in error/).  Not
+entries: anything under ``dropboxmq/`` (client registrations,
 transaction logs) and files of a dropbox whose own directory is a dot-name
 other than ``.incoming`` (a subscription being created or being deleted: a
 subscription removed with its messages is the end of a destination, not a
@@ -38,10 +52,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from dropboxmq.lifecycle import STATE_DIRS, IllegalMove, Move, State, move_between, next_state, state_of_directory
+from dropboxmq.codec import name_delivery_count
+from dropboxmq.lifecycle import (COUNT_RULES, STATE_DIRS, IllegalMove, Move, State, count_ok, move_between, next_state,
+                                 state_of_directory)
 
 #: Traces with at most this many message events are handed to TLC.
 TLC_MAX_EVENTS = 400
+
+#: The actor of a record that does not name one: the implementation under test.
+IMPLEMENTATION = "implementation"
+
+
+def actor_of(rec: dict) -> str:
+    """Who made the move a record shows (the suite tags its own helpers' moves)."""
+    return rec.get("actor") or IMPLEMENTATION
 
 
 @dataclass(frozen=True)
@@ -59,7 +83,7 @@ def locate(rel: str | None) -> Loc | None:
     if len(parts) < 3 or parts[0] == "dropboxmq":
         return None
     state_dir, name = parts[-2], parts[-1]
-    if state_dir not in STATE_DIRS or name.startswith("."):
+    if state_dir not in STATE_DIRS:
         return None
     box = "/".join(parts[:-2])
     last = parts[-3]
@@ -79,10 +103,11 @@ class Step:
     move: str | None  # lifecycle move, None for close_write / observed-only steps
     path: str | None
     note: str = ""
+    actor: str = IMPLEMENTATION
 
     def as_dict(self) -> dict:
         return {"seq": self.seq, "t": self.t, "op": self.op, "state": self.state, "move": self.move,
-                "path": self.path, "note": self.note}
+                "path": self.path, "note": self.note, "actor": self.actor}
 
 
 @dataclass
@@ -92,6 +117,7 @@ class Track:
     state: State
     steps: list[Step] = field(default_factory=list)
     partial: bool = False  # some of its history was not observed
+    deliveries: int | None = None  # deliveries attempted so far (None: unknown, history not seen)
 
 
 @dataclass
@@ -101,10 +127,16 @@ class Violation:
     reason: str
     message: str  # track key
     timeline: list[dict]
+    actor: str = IMPLEMENTATION  # who made the illegal move
+
+    @property
+    def by_helper(self) -> bool:
+        """The suite's own helper made it: not the implementation's fault."""
+        return self.actor != IMPLEMENTATION
 
     def as_dict(self) -> dict:
         return {"seq": self.seq, "record": self.record, "reason": self.reason, "message": self.message,
-                "timeline": self.timeline}
+                "timeline": self.timeline, "actor": self.actor}
 
 
 @dataclass
@@ -140,39 +172,57 @@ def _life_of(tracks: Iterable[Track], mid: str) -> list[Step]:
     return steps
 
 
-def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
-    """Replay ``records`` against lifecycle.TRANSITIONS; stop at the first illegal move."""
+def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True) -> ReplayResult:
+    """Replay ``records`` against lifecycle.TRANSITIONS and COUNT_RULES; stop at the first
+    illegal move.  ``purge=False``: the implementation under test may not delete messages
+    (only an operator purges)."""
     res = ReplayResult()
     at: dict[str, Track] = {}  # current path -> track
     counter = 0
 
-    def new_track(name: str, state: State) -> Track:
+    def new_track(name: str, state: State, deliveries: int | None = None) -> Track:
         nonlocal counter
         counter += 1
-        tr = Track(f"m{counter}", _orig(name), state)
+        tr = Track(f"m{counter}", _orig(name), state, deliveries=deliveries)
         res.tracks[tr.key] = tr
         return tr
 
+    def step(rec: dict, state: str, move: str | None, path: str | None, note: str = "") -> Step:
+        return Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], state, move, path, note, actor_of(rec))
+
     def fail(rec: dict, tr: Track, reason: str, path: str | None) -> ReplayResult:
-        tr.steps.append(Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], "ILLEGAL", None, path, reason))
+        tr.steps.append(step(rec, "ILLEGAL", None, path, reason))
         # The counterexample is the life of the *message*: every file that carried its id
         # (a copy is a new file, but the same message).
         steps = _life_of(res.tracks.values(), _mid(tr.name))
-        res.violation = Violation(rec.get("seq", -1), rec, reason, tr.key, [s.as_dict() for s in steps])
+        res.violation = Violation(rec.get("seq", -1), rec, reason, tr.key, [s.as_dict() for s in steps],
+                                  actor_of(rec))
         return res
 
-    def apply(tr: Track, dest: State, rec: dict, path: str | None) -> bool:
+    def apply(tr: Track, dest: State, rec: dict, path: str | None, src: str | None = None) -> bool:
         try:
             if dest is State.ABSENT and tr.state is State.DELIVERED and ack_removes:
                 mid = next_state(tr.state, Move.ACK)
-                move = f"{Move.ACK.value}+{move_between(mid, dest).value}"
+                moves = [Move.ACK, move_between(mid, dest)]
             else:
-                move = move_between(tr.state, dest).value
+                moves = [move_between(tr.state, dest)]
         except IllegalMove as exc:
             fail(rec, tr, f"{exc} ({tr.state.directory or 'absent'} -> {dest.directory or 'absent'})", path)
             return False
+        if moves == [Move.PURGE] and not purge and actor_of(rec) == IMPLEMENTATION:  # (ack_removes: ACK+PURGE)
+            fail(rec, tr, f"deleted a message from {tr.state.directory}/: a producer or consumer never deletes "
+                 "messages (Purge is an operator's action)", path)
+            return False
+        if moves[0] is Move.CLAIM and tr.deliveries is not None:
+            tr.deliveries += 1
+        if src is not None and path is not None and tr.deliveries is not None:
+            before, after = name_delivery_count(_leaf(src)), name_delivery_count(_leaf(path))
+            if not count_ok(moves[0], before, after, tr.deliveries):
+                fail(rec, tr, f"{moves[0].name} changed the name's JMSXDeliveryCount {before} -> {after} "
+                     f"after {tr.deliveries} delivery(ies); it must leave {COUNT_RULES[moves[0]].value}", path)
+                return False
         tr.state = dest
-        tr.steps.append(Step(rec.get("seq", -1), rec.get("t", 0.0), rec["op"], dest.name, move, path))
+        tr.steps.append(step(rec, dest.name, "+".join(m.value for m in moves), path))
         return True
 
     for rec in records:
@@ -180,31 +230,29 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
         if op == "overflow":
             res.overflowed = True
             continue
-        if rec.get("kind") == "dir":
-            if op == "rename":  # a whole directory moved: carry its messages along
-                src, dst = rec["src"] + "/", rec["dst"] + "/"
-                for p in [p for p in at if p.startswith(src)]:
-                    tr = at.pop(p)
-                    np = dst + p[len(src):]
-                    if locate(np) is None:  # its destination was removed (trash dir)
-                        tr.steps.append(Step(rec["seq"], rec["t"], "rename", "ABSENT", None, np,
-                                             "destination removed"))
-                        tr.state = State.ABSENT
-                    else:
-                        at[np] = tr
-            continue
+        if rec.get("kind") == "dir" and op == "rename":  # a whole directory moved: carry its messages along
+            src, dst = rec["src"] + "/", rec["dst"] + "/"
+            for p in [p for p in at if p.startswith(src)]:
+                tr = at.pop(p)
+                np = dst + p[len(src):]
+                if locate(np) is None:  # its destination was removed (trash dir)
+                    tr.steps.append(step(rec, "ABSENT", None, np, "destination removed"))
+                    tr.state = State.ABSENT
+                else:
+                    at[np] = tr
         synthetic = bool(rec.get("synthetic")) or rec.get("moved_in") or rec.get("moved_out")
         if op == "create":
             loc = locate(rec["path"])
             if loc is None:
                 continue
             res.events += 1
-            tr = new_track(loc.name, State.ABSENT)
+            tr = new_track(loc.name, State.ABSENT, name_delivery_count(loc.name))
             at[rec["path"]] = tr
             if synthetic:
                 tr.partial = True
+                tr.deliveries = None if loc.state is not State.NEW else tr.deliveries
                 tr.state = loc.state
-                tr.steps.append(Step(rec["seq"], rec["t"], op, loc.state.name, None, rec["path"],
+                tr.steps.append(step(rec, loc.state.name, None, rec["path"],
                                      f"observed ({rec.get('synthetic') or 'moved in'})"))
                 continue
             if not apply(tr, loc.state, rec, rec["path"]):
@@ -218,7 +266,7 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
                 tr = new_track(loc.name, loc.state)
                 tr.partial = True
                 at[rec["path"]] = tr
-            tr.steps.append(Step(rec["seq"], rec["t"], op, tr.state.name, None, rec["path"], "closed after writing"))
+            tr.steps.append(step(rec, tr.state.name, None, rec["path"], "closed after writing"))
         elif op == "rename":
             sloc, dloc = locate(rec["src"]), locate(rec["dst"])
             if sloc is None and dloc is None:
@@ -226,18 +274,26 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
             res.events += 1
             tr = at.pop(rec["src"], None)
             if tr is None:
-                tr = new_track((sloc or dloc).name, sloc.state if sloc else State.ABSENT)  # type: ignore[union-attr]
+                known = dloc.state is State.NEW and sloc is None  # type: ignore[union-attr]
+                tr = new_track((sloc or dloc).name, sloc.state if sloc else State.ABSENT,  # type: ignore[union-attr]
+                               name_delivery_count((sloc or dloc).name) if known else None)  # type: ignore[union-attr]
                 tr.partial = sloc is not None
             if dloc is None:  # renamed out of the message places (e.g. to a dot-name): gone
                 if not apply(tr, State.ABSENT, rec, rec["dst"]):
                     return res
                 continue
+            gone = at.get(rec["dst"])
+            if gone is not None and gone.state is not State.ABSENT:
+                at[rec["dst"]] = tr
+                fail(rec, tr, f"renamed onto {dloc.name!r}, which already held a message: the rename replaced "
+                     f"(lost) it; a move never replaces an existing name", rec["dst"])
+                return res
             at[rec["dst"]] = tr
             if sloc is not None and sloc.box != dloc.box:
                 fail(rec, tr, f"moved between dropboxes ({sloc.box} -> {dloc.box}); a message never leaves "
                      "its dropbox", rec["dst"])
                 return res
-            if not apply(tr, dloc.state, rec, rec["dst"]):
+            if not apply(tr, dloc.state, rec, rec["dst"], rec["src"] if sloc is not None else None):
                 return res
         elif op == "delete":
             loc = locate(rec["path"])
@@ -251,12 +307,16 @@ def replay(records: list[dict], *, ack_removes: bool = False) -> ReplayResult:
             if synthetic:
                 tr.state = State.ABSENT
                 tr.partial = True
-                tr.steps.append(Step(rec["seq"], rec["t"], op, "ABSENT", None, rec["path"], "vanished unobserved"))
+                tr.steps.append(step(rec, "ABSENT", None, rec["path"], "vanished unobserved"))
                 continue
             if not apply(tr, State.ABSENT, rec, rec["path"]):
                 return res
     res.partial = sum(1 for t in res.tracks.values() if t.partial)
     return res
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 # ------------------------------------------------------------------ TLC
@@ -269,6 +329,7 @@ class TlcOutcome:
     first_bad: dict | None = None  # the trace record no Dropbox step matches
     context: list[dict] = field(default_factory=list)  # the records around it
     timeline: list[dict] = field(default_factory=list)  # its message's states up to it
+    unavailable: bool = False  # TLC could not decide (missing, crashed, timed out)
 
 
 @dataclass
@@ -280,8 +341,9 @@ class TlcJob:
     records: list[dict]
 
 
-def message_excerpt(records: list[dict], box: str) -> list[dict]:
-    """The agreed-format records of one dropbox's message files (for TLC)."""
+def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[dict]:
+    """The agreed-format records of one dropbox's message files (for TLC).  A delete by
+    the implementation is marked ``purge: False`` unless ``purge`` (only an operator purges)."""
     out = []
     for rec in records:
         if rec.get("kind") == "dir" or rec.get("op") not in ("create", "close_write", "rename", "delete"):
@@ -289,6 +351,8 @@ def message_excerpt(records: list[dict], box: str) -> list[dict]:
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]
         if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1]):
+            if rec["op"] == "delete" and not purge and actor_of(rec) == IMPLEMENTATION:
+                rec = dict(rec, purge=False)
             out.append(rec)
     return out
 
@@ -330,18 +394,21 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
     try:
         verdicts = spec_check.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
-        return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}") for j in jobs}
+        return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}", unavailable=True) for j in jobs}
     out: dict[Any, TlcOutcome] = {}
     for job, v in zip(jobs, verdicts):
         if v.accepted:
             out[job.key] = TlcOutcome("pass", f"TLC accepted all {len(job.records)} message events")
         elif not v.decided:
-            out[job.key] = TlcOutcome("inconclusive", v.reason)
+            out[job.key] = TlcOutcome("inconclusive", v.reason, unavailable=True)
         else:
             bad = job.records[v.first_bad] if v.first_bad is not None and v.first_bad < len(job.records) else None
             where = f"event #{bad.get('seq')}" if bad else "the trace"
             k = v.first_bad or 0
-            out[job.key] = TlcOutcome("fail", f"TLC rejected {where}: {v.reason}", bad,
+            helper = bad is not None and actor_of(bad) != IMPLEMENTATION
+            if helper:  # the suite's own move: named, never charged to the implementation
+                where += f" (made by {actor_of(bad)}, the suite's own helper)"
+            out[job.key] = TlcOutcome("inconclusive" if helper else "fail", f"TLC rejected {where}: {v.reason}", bad,
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [])
     return out

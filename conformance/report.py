@@ -32,6 +32,9 @@ def _timeline(steps: list[dict]) -> str:
         color = _STATE_COLORS.get(s.get("state", ""), "#eee")
         label = s.get("move") or s.get("op")
         note = f'<div class="note">{_e(s.get("note"))}</div>' if s.get("note") else ""
+        if s.get("actor") and s["actor"] != "implementation":  # the suite's own helper moved it
+            note += f'<div class="by">by {_e(s["actor"])}</div>'
+
         cells.append(f'<div class="step" style="background:{color}"><div class="seq">#{_e(s.get("seq"))} '
                      f't={float(s.get("t") or 0):.3f}s</div><div class="mv">{_e(label)}</div>'
                      f'<div class="st">{_e(s.get("state"))}</div><div class="path">{_e(s.get("path"))}</div>{note}</div>')
@@ -43,6 +46,9 @@ def _evidence(r: C.Result) -> str:
     parts = []
     if ev.get("scenario"):
         parts.append(f'<div class="scn">scenario: <code>{_e(ev["scenario"])}</code></div>')
+    for rj in ev.get("rejections") or []:
+        parts.append(f'<h4>rejected trace <code>{_e(rj["scenario"])}</code>: {_e(rj["detail"])}</h4>'
+                     + (_timeline(rj["timeline"]) if rj.get("timeline") else ""))
     if ev.get("timeline"):
         parts.append("<h4>counterexample: the message's states</h4>" + _timeline(ev["timeline"]))
     if ev.get("record"):
@@ -79,6 +85,9 @@ def write_html(summary: RunSummary, path: Path) -> None:
                 f"&mdash; {_e(r.summary)}</summary><div class=\"rule\"><b>rule:</b> {_e(chk.rule)}<br>"
                 f"<b>enforces:</b> {_e(chk.ref)}</div>{body}</details>")
         err = f'<p class="bad">run error: {_e(rep.error)}</p>' if rep.error else ""
+        if rep.manifest.waivers:
+            err += "<p><b>waivers</b> (the manifest declares it cannot honour these):</p><ul>" + "".join(
+                f"<li><code>{_e(c)}</code>: {_e(why)}</li>" for c, why in rep.manifest.waivers.items()) + "</ul>"
         sections.append(f'<section id="impl-{_e(rep.name)}"><h2>{_e(rep.name)} <small>({_e(rep.expect)} expected, '
                         f"{_e(rep.verdict)})</small></h2><p>{_e(rep.manifest.description)}<br><small>manifest: "
                         f"<code>{_e(rep.manifest.path)}</code></small></p>{err}{''.join(items)}</section>")
@@ -89,16 +98,17 @@ td,th{{border:1px solid #d0d7de;padding:4px 8px;text-align:left}} tr.bad td{{bac
 .badge{{color:#fff;border-radius:4px;padding:1px 6px;font-size:85%}} details.check{{margin:4px 0;padding:2px 6px;border-left:3px solid #d0d7de}}
 .rule{{color:#57606a;margin:4px 0}} pre{{background:#f6f8fa;padding:6px;overflow:auto;font-size:80%}}
 .timeline{{display:flex;flex-wrap:wrap;align-items:center;gap:2px}} .step{{border:1px solid #8c959f;border-radius:6px;padding:4px;font-size:75%;max-width:260px}}
-.step .mv{{font-weight:bold}} .step .path{{word-break:break-all;color:#57606a}} .arrow{{font-size:150%}} .note{{color:#cf222e}}
+.step .by{{color:#8250df}} .step .mv{{font-weight:bold}} .step .path{{word-break:break-all;color:#57606a}} .arrow{{font-size:150%}} .note{{color:#cf222e}}
 .bad{{color:#cf222e}}
 </style></head><body>
 <h1>dropboxmq conformance report</h1>
 <p>{time.strftime("%Y-%m-%d %H:%M:%S")} &middot; wall time {summary.seconds:.1f} s &middot; catch rate of the broken examples:
-<b>{_e(rate_txt)}</b> &middot; overall: <b class="{'ok' if summary.ok else 'bad'}">{'OK' if summary.ok else 'FAILED'}</b></p>
+<b>{_e(rate_txt)}</b> &middot; overall: <b class="{'ok' if summary.ok else 'bad'}">{_e(summary.overall)}</b></p>
 <table><tr><th>implementation</th><th>expected</th><th>verdict</th><th>pass</th><th>fail</th><th>inconclusive</th>
 <th>skipped</th><th>caught by</th><th>time</th></tr>{''.join(rows)}</table>
 <p><small>pass / fail / inconclusive (the suite could not decide, says why) / skipped (role not played or property
-not promised by the manifest). A broken example is <i>caught</i> when at least one named check fails.</small></p>
+waived by the manifest). A broken example is <i>caught</i> only by a check named in its <code>caught_by</code>
+that every pass-expected implementation of this run passes.</small></p>
 {''.join(sections)}
 </body></html>"""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +157,7 @@ def write_junit(summary: RunSummary, path: Path) -> None:
 
 def write_json(summary: RunSummary, path: Path) -> None:
     data = {"seconds": summary.seconds, "catch_rate": summary.catch_rate, "ok": summary.ok,
+            "overall": summary.overall, "inconclusive": summary.inconclusive,
             "implementations": [{"name": r.name, "expect": r.expect, "verdict": r.verdict, "ok": r.ok,
                                  "seconds": r.seconds, "error": r.error,
                                  "results": [x.as_dict() for x in r.results]} for r in summary.reports]}

@@ -24,6 +24,7 @@ SCENARIOS: list[tuple[str, str, Callable, list[str]]] = [
      ["consumer.contention-exactly-once", "consumer.claims-by-rename"]),
     ("consume-lost-race", "consume", suite.consumer_lost_race, ["consumer.lost-race"]),
     ("consume-kill9", "consume", suite.consumer_kill9, ["consumer.kill9-recovery"]),
+    ("consume-late-priority", "consume", suite.consumer_late_priority, ["consumer.late-priority"]),
     ("sessions", "adapter", suite.session_scenario, [c.id for c in CHECKS if c.role == "adapter"]),
     ("publish", "publish", topics.publisher_scenario, [c.id for c in CHECKS if c.role == "publish"]),
     ("subscribe", "subscribe", topics.subscriber_scenario,
@@ -42,6 +43,9 @@ class ImplReport:
     tlc_jobs: list = field(default_factory=list)
     tlc_known: list = field(default_factory=list)
     overflowed: set[str] = field(default_factory=set)
+    #: the checks that passed on every pass-expected implementation of the same run that
+    #: played them (set by RunSummary); None: no pass-expected implementation to compare with
+    trusted: set[str] | None = None
 
     @property
     def name(self) -> str:
@@ -60,7 +64,11 @@ class ImplReport:
 
     @property
     def caught_by(self) -> list[str]:
-        return [r.check for r in self.failures]
+        """The failed checks that count as catching this broken example: named in its
+        ``caught_by`` and passed by every pass-expected implementation of the run (a check
+        its good twin also fails proves nothing about the defect)."""
+        return [r.check for r in self.failures if r.check in self.manifest.caught_by
+                and (self.trusted is None or r.check in self.trusted)]
 
     @property
     def ok(self) -> bool:
@@ -69,8 +77,7 @@ class ImplReport:
             return False
         if self.expect == "pass":
             return not self.failures
-        return bool(self.failures) and (not self.manifest.caught_by
-                                        or any(c in self.manifest.caught_by for c in self.caught_by))
+        return bool(self.caught_by)
 
     @property
     def verdict(self) -> str:
@@ -146,7 +153,9 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
     for check in CHECKS:
         if only is not None and check.id not in only:
             continue
-        if check.id in raw:
+        if check.id in m.waivers and check.id in raw:  # shown as a waiver in every report
+            rep.results.append(C.skipped(check.id, f"waived: {m.waivers[check.id]}"))
+        elif check.id in raw:
             rep.results.append(C.combine(check.id, raw[check.id]))
         else:
             role = check.role if check.role != "model" else None
@@ -193,8 +202,32 @@ class RunSummary:
         return sum(1 for r in self.broken if r.ok) / len(self.broken)
 
     @property
+    def inconclusive(self) -> list[str]:
+        """Why the run cannot say OK although nothing failed (TLC asked for but unavailable)."""
+        return [f"{r.name}: {x.summary}" for r in self.reports for x in r.results
+                if x.check == "model.tlc" and x.status == C.INCONCLUSIVE and x.evidence.get("tlc_unavailable")]
+
+    @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.reports) and (self.catch_rate is None or self.catch_rate == 1.0)
+        return self.overall == "OK"
+
+    @property
+    def overall(self) -> str:
+        """OK, FAILED, or INCONCLUSIVE (nothing failed, but TLC could not judge)."""
+        if not all(r.ok for r in self.reports) or self.catch_rate not in (None, 1.0):
+            return "FAILED"
+        return "INCONCLUSIVE" if self.inconclusive else "OK"
+
+
+def trust(reports: list[ImplReport]) -> None:
+    """Mark, on every report, the checks that passed on every pass-expected implementation
+    that played them (at least one did): only those can catch a broken example."""
+    good = [r for r in reports if r.expect == "pass"]
+    played = [x for r in good for x in r.results if x.status != C.SKIPPED]
+    trusted = None if not good else ({x.check for x in played if x.status == C.PASS}
+                                     - {x.check for x in played if x.status != C.PASS})
+    for r in reports:
+        r.trusted = trusted
 
 
 def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, tlc: bool = True,
@@ -213,7 +246,7 @@ def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, 
         for f in as_completed(futs):
             r = f.result()
             reports[r.name] = r
-            if done and not (r.tlc_jobs or r.tlc_known):
+            if done and r.expect == "pass" and not (r.tlc_jobs or r.tlc_known):
                 done(r)
     waiting = [r for r in reports.values() if r.tlc_jobs or r.tlc_known]
     tlc_seconds = 0.0
@@ -221,7 +254,9 @@ def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, 
         if tick:
             tick(f"TLC: validating {sum(len(r.tlc_jobs) for r in waiting)} traces")
         tlc_seconds = finish_tlc(waiting)
-        for r in waiting:
-            if done:
-                done(r)
-    return RunSummary([reports[m.name] for m in manifests], time.monotonic() - started, tlc_seconds)
+    ordered = [reports[m.name] for m in manifests]
+    trust(ordered)  # a broken example's verdict needs every pass-expected one's results
+    for r in ordered:
+        if done and (r in waiting or r.expect != "pass"):
+            done(r)
+    return RunSummary(ordered, time.monotonic() - started, tlc_seconds)

@@ -40,7 +40,11 @@ from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
 from .replay import locate
-from .suite import Proc, Scenario, claims_by_rename, excerpt, listdir, make_layout, mid_of, parse_output, put
+from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, listdir, make_layout,
+                    mid_of, parse_output, put)
+
+#: the actor of the reference distributor's moves in distribute mode (never the implementation's)
+DISTRIBUTING = "suite: distributor (dropboxmq distribute)"
 
 TOPIC, ANCESTOR, SIBLING, CHILD = "news.sport", "news", "news.weather", "news.sport.results"
 HELPER_CLIENT = "conformance-distributor"
@@ -108,7 +112,8 @@ def _publish(sc: Scenario, label: str, bodies_dir: Path, count: int) -> Proc:
                   client_id="impl-publisher")
     proc.wait(m.timeout)
     if m.publish_mode == "distribute":
-        reference_helper(sc, f"distribute-{label}", "distribute --client-id " + HELPER_CLIENT).wait(m.timeout)
+        with sc.helper(DISTRIBUTING):  # the publisher has exited: every move is the distributor's
+            reference_helper(sc, f"distribute-{label}", "distribute --client-id " + HELPER_CLIENT).wait(m.timeout)
     sc.barrier()
     return proc
 
@@ -240,9 +245,10 @@ def subscriber_scenario(m: Manifest, out: Path, n: int = 8) -> tuple[list[Result
     sc.watcher.start()
     try:
         ids = []
-        for i, prio in enumerate(([4, 7, 4, 0, 9, 4, 2, 1] * n)[:n]):
-            ids.append(put(root, prio, f"topic message {i}".encode(), box=own)[0])
-            put(root, prio, f"topic message {i}".encode(), box=other)
+        with sc.helper(PLANTING):
+            for i, prio in enumerate(([4, 7, 4, 0, 9, 4, 2, 1] * n)[:n]):
+                ids.append(put(root, prio, f"topic message {i}".encode(), box=own)[0])
+                put(root, prio, f"topic message {i}".encode(), box=other)
         since = sc.barrier()
         proc = _run_subscriber(sc, "subscribe", n)
         rc = proc.wait(m.timeout)
@@ -314,7 +320,8 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
     back: list[tuple[str, str | None]] = []
     second: list[str] = []
     try:
-        ids = [put(root, 4, f"k{i}".encode(), box=own)[0] for i in range(n)]
+        with sc.helper(PLANTING):
+            ids = [put(root, 4, f"k{i}".encode(), box=own)[0] for i in range(n)]
         sc.barrier()
         proc = _run_subscriber(sc, "subscribe-1", n)
         deadline = time.monotonic() + m.timeout
@@ -332,9 +339,10 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
         if inflight:
             if m.has("recover"):
                 rp = sc.run("recover", "recover", client_id=SUB_CLIENT, topic=TOPIC, subscription=SUB_NAME)
+                rp.wait(m.timeout)
             else:
-                rp = reference_helper(sc, "recover", "recover --assume-unknown-dead > /dev/null")
-            rp.wait(m.timeout)
+                with sc.helper(FALLBACK_RECOVERY):  # the subscriber is dead: every move is the helper's
+                    reference_helper(sc, "recover", "recover --assume-unknown-dead > /dev/null").wait(m.timeout)
             sc.barrier()
             after = {mid_of(nm): nm for nm in listdir(root, "target", own)}
             back = [(mid_of(p), after.get(mid_of(p))) for p in inflight]

@@ -69,6 +69,9 @@ class Watcher:
         self.overflowed = False
         self.gaps: list[dict] = []
         self.listeners: list[Listener] = []
+        # who makes the moves seen now, when the suite knows (its own helper acting while
+        # the implementation is stopped, dead or not yet started); None: the implementation
+        self.actor: str | None = None
         self._start_thread = start_thread
         self._ino: INotify | None = None
         self._wd_path: dict[int, str] = {}
@@ -160,6 +163,8 @@ class Watcher:
 
     def _emit(self, rec: dict) -> dict:
         rec = {"seq": len(self.records), "t": round(time.monotonic() - self._t0, 6), **rec}
+        if self.actor is not None:
+            rec["actor"] = self.actor
         self.records.append(rec)
         if self._out is not None:
             self._out.write(json.dumps(rec, ensure_ascii=False) + "\n")

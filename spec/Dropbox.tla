@@ -173,9 +173,11 @@ Create(m) ==
     /\ UNCHANGED <<log, logset, alive, Local, Env>>
 
 (* CloseWrite: write the body fully (short writes retried), fsync, close.*)
+(* It may happen more than once before Send: 1.2 creates the file,       *)
+(* closes it, reopens it, writes the body and closes it again.           *)
 CloseWrite(m) ==
     /\ alive[Prod]
-    /\ \E f \in fs : f.m = m /\ ~f.ok /\ f.d = CreateDir
+    /\ \E f \in fs : f.m = m /\ f.d = CreateDir
                      /\ Rename(f, [f EXCEPT !.ok = TRUE])
     /\ UNCHANGED <<log, logset, alive, created, Local, Env>>
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dropboxmq import clients, codec
 from dropboxmq.cli import main
 
 from conftest import counts, ls
@@ -348,6 +349,38 @@ def test_recover_prints_a_json_report(tmp_path: Path) -> None:
     report = json.loads(ok(root, "recover", "--assume-unknown-dead").stdout)
     assert report["redelivered"] == 1
     assert counts(root, "q")["target"] == 1
+
+
+@pytest.mark.parametrize("before, after", [("", 1), (".....JMSXDeliveryCountI=1", 1)])
+def test_recover_stamps_the_count_on_a_foreign_claim(tmp_path: Path, before: str, after: int) -> None:
+    # 1.2 claims target/<name> -> processing/<client>~<name> unchanged (count written at ack):
+    # returned without a new count, the next delivery would say JMSRedelivered=false
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    box = root / "q" / "incoming"
+    name = "4.1795374855431000-0224311695.T" + before
+    (box / "processing" / f"1795374856322000-0244942240~{name}").write_bytes(b"x")
+    report = json.loads(ok(root, "recover", "--assume-unknown-dead").stdout)
+    assert report["redelivered"] == 1
+    [back] = os.listdir(box / "target")
+    msg = codec.decode_name(back)
+    assert (msg.redelivered, msg.delivery_count) == (True, after + 1)
+
+
+def test_recover_keeps_the_count_our_claim_stamped(tmp_path: Path) -> None:
+    # a client of ours (or the shell consumer) that died holding a message: its claim stamped 1
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    reg = clients.registration_path(root, "dead-1")
+    reg.parent.mkdir(parents=True, exist_ok=True)
+    reg.write_bytes(b"")  # registered, lock free: dead
+    box = root / "q" / "incoming"
+    claimed = "dead-1~" + codec.with_delivery_count("4.1795374855431000-0224311695.T", 1)
+    (box / "processing" / claimed).write_bytes(b"x")
+    report = json.loads(ok(root, "recover").stdout)
+    assert report["redelivered"] == 1
+    [back] = os.listdir(box / "target")
+    assert codec.decode_name(back).delivery_count == 2
 
 
 def test_recover_quarantines_orphans(tmp_path: Path) -> None:

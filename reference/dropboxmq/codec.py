@@ -87,9 +87,12 @@ Delivery count (1.2)
 --------------------
 
 1.2 keeps the delivery count in the name as the property
-``JMSXDeliveryCountI=<n>``; the claim (target -> processing rename) writes the
+``JMSXDeliveryCountI=<n>``.  Our claim (target -> processing rename) writes the
 *current* delivery count into the name (:func:`with_delivery_count`), so the
-name always counts the deliveries that have been *attempted*.  Reading a name
+name always counts the deliveries that have been *attempted*; 1.2's claim keeps
+the name and its ack appends the count (recorded in
+``fixtures/dropboxmq12-traces``).  Both are correct: ``lifecycle.COUNT_RULES``
+is the family of correct placements.  Reading a name
 from ``target/`` (the default), ``n`` present means the message is being
 redelivered: ``redelivered = True`` and ``delivery_count = n + 1``; absent
 means first delivery (``False``, 1).  Reading a name that a claim produced
@@ -780,6 +783,19 @@ def with_delivery_count(name: str, count: int) -> str:
     if _name_bytes(result) > MAX_NAME_BYTES:
         return name
     return result
+
+
+def name_delivery_count(name: str) -> int:
+    """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix is
+    allowed); 0 when the name has none or is unparseable.  What a name *means* by it
+    depends on where it is (see "Delivery count" above and ``lifecycle.COUNT_RULES``)."""
+    parsed = _split_name(split_processing_name(name)[1])
+    if parsed is None or len(parsed[1]) < 8:
+        return 0
+    stored = decode_properties(parsed[1][7]).get(DELIVERY_COUNT)
+    if stored is None or stored.letter not in _INT_BITS or not 0 < stored.value < _INT_MAX:
+        return 0
+    return stored.value
 
 
 def without_delivery_count(name: str) -> str:

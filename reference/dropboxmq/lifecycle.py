@@ -47,6 +47,27 @@ The TLA+ specification in ``spec/`` uses exactly these state and action names
 ``Expire``, ``Ack``, ``Redeliver``, ``DeadLetter``, ``Purge``), and the
 conformance suite replays recorded file-system traces against this table.
 
+The delivery count in the name: one family of correct behaviours
+----------------------------------------------------------------
+A name may carry ``JMSXDeliveryCountI=<n>``.  In target/ it means "n deliveries
+were attempted before": the next delivery reports JMSRedelivered = (n > 0) and
+JMSXDeliveryCount = n + 1.  Where the count is written is the implementation's
+choice, and every choice below is correct as long as a message that goes back
+to target/ carries the deliveries attempted so far (``k``):
+
+    move                    the name after the move (n = count before, k = deliveries so far)
+    ----------------------  ----------------------------------------------------------------
+    CLAIM                   unchanged (1.2), or stamped with k (ours: the claim writes it)
+    ACK, EXPIRE, DEAD_LETTER  unchanged, or stamped with k (1.2 appends k at ack)
+    REDELIVER               exactly k (stamped at claim and kept, or stamped now):
+                            anything else makes the next delivery's flag or count wrong
+    CREATE                  any (a message may be sent already carrying a count)
+    SEND, DISCARD, QUARANTINE, PURGE   unchanged
+
+``k`` starts at the count the name carries when the message is first seen and
+grows by one at each CLAIM.  ``count_ok`` is this table; the conformance replay
+and the TLC trace mapping (``spec_check``) both use it.
+
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
 rollback REDELIVERs it.  Crash atomicity of a commit is the job of the
@@ -145,6 +166,41 @@ TRANSITIONS: Mapping[State, Mapping[Move, State]] = MappingProxyType(
         _S.DEAD_LETTER: MappingProxyType({_M.PURGE: _S.ABSENT}),
     }
 )
+
+
+class CountRule(enum.Enum):
+    """What a move may do to the delivery count in the name (see the table above)."""
+
+    ANY = "any count"
+    KEEP = "the count unchanged"
+    KEEP_OR_STAMP = "the count unchanged, or stamped with the deliveries so far"
+    STAMPED = "the deliveries so far (so the next delivery is flagged redelivered, with the right count)"
+
+
+_C = CountRule
+
+#: The one table of the delivery count in names, per move (EXPIRE covers both of its sources).
+COUNT_RULES: Mapping[Move, CountRule] = MappingProxyType(
+    {
+        _M.CREATE: _C.ANY, _M.SEND: _C.KEEP, _M.DISCARD: _C.KEEP, _M.QUARANTINE: _C.KEEP,
+        _M.CLAIM: _C.KEEP_OR_STAMP, _M.EXPIRE: _C.KEEP_OR_STAMP, _M.ACK: _C.KEEP_OR_STAMP,
+        _M.REDELIVER: _C.STAMPED, _M.DEAD_LETTER: _C.KEEP_OR_STAMP, _M.PURGE: _C.KEEP,
+    }
+)
+
+
+def count_ok(move: Move, before: int, after: int, deliveries: int) -> bool:
+    """Whether ``move`` may turn a name carrying count ``before`` into one carrying
+    ``after`` (0: none), ``deliveries`` being the deliveries attempted so far (after
+    the move: a CLAIM counts itself)."""
+    rule = COUNT_RULES[move]
+    if rule is CountRule.ANY:
+        return True
+    if rule is CountRule.KEEP:
+        return after == before
+    if rule is CountRule.KEEP_OR_STAMP:
+        return after in (before, deliveries)
+    return after == deliveries
 
 
 class IllegalMove(ValueError):

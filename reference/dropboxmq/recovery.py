@@ -4,8 +4,9 @@ In order (the order matters: a committing log must ACK its receives before the
 processing/ sweep could REDELIVER them):
 
 1. transaction logs of dead owners: committing/ rolled forward, the rest back;
-2. processing/ entries of dead owners: REDELIVER (they come back redelivered,
-   because the claim wrote the delivery count into the name);
+2. processing/ entries of dead owners: REDELIVER (they come back redelivered:
+   our claim wrote the delivery count into the name; a foreign (1.2) claim kept
+   the name, so the count is stamped on the way back, ``session.redelivery_name``);
 3. orphaned working/ files older than ``orphan_age``, named by no transaction log
    and not held by a producer (working/'s lock): QUARANTINE to error/ (or DISCARD);
 4. NEW messages whose expiration passed: EXPIRE;

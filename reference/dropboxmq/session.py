@@ -972,6 +972,16 @@ def _nothing_holds_back(name: str) -> bool:
     return len(fields) < 4 or not fields[3]
 
 
+def redelivery_name(original: str) -> str:
+    """The name a dead owner's processing/ entry goes back to target/ under: it must carry
+    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
+    JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
+    one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
+    kept name that already carries n cannot be told from a stamped one: it stays, so the
+    flag is right, and the count is exact whenever the claim stamped it.)"""
+    return original if codec.name_delivery_count(original) else codec.with_delivery_count(original, 1)
+
+
 def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
     """Could ``<state>/<name>`` be where a rename of ``processing/<pname>`` was going (or coming
     from)?  CLAIM and REDELIVER change only the delivery count; ACK, EXPIRE and DEAD_LETTER
@@ -1004,7 +1014,7 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
             try:
                 if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
                     continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
-                if box.move(Move.REDELIVER, State.DELIVERED, pname, original):
+                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
                     moved += 1
             except StoreError as exc:
                 log.warning("cannot redeliver %s: %s", pname, exc)

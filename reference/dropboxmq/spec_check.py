@@ -38,7 +38,8 @@ from typing import Iterable, Sequence
 
 import click
 
-from .lifecycle import PROCESS_ACTIONS, IllegalMove, Move, State, move_between, state_of_directory
+from .codec import name_delivery_count
+from .lifecycle import PROCESS_ACTIONS, IllegalMove, Move, State, count_ok, move_between, state_of_directory
 
 # TLC exit codes (tlc2.output.EC.ExitStatus)
 EXIT_OK = 0
@@ -412,7 +413,6 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
 #: the state directories of a dropbox (lifecycle.STATE_DIRS)
 _DIRS = ("working", "target", "processing", "processed", "expired", "error")
 _LOG_DIRS = {"associated": "associated", "committing": "committing", "rolling-back": "rolling-back"}
-_RE_COUNT = re.compile(r"JMSXDeliveryCountI=(\d+)")
 
 
 class TraceError(ValueError):
@@ -438,11 +438,6 @@ def _split(rel: str) -> tuple[str, str, str] | None:
     if len(parts) >= 2 and parts[-2] in _DIRS and "transaction" not in parts:
         return "msg", parts[-2], parts[-1]
     return None
-
-
-def _count(name: str) -> int:
-    m = _RE_COUNT.search(name)
-    return int(m.group(1)) if m else 0
 
 
 #: a log renamed into these directories: the step of Dropbox that does it
@@ -479,6 +474,29 @@ def _actors(rec: dict) -> str:
     if who is None or rec.get(who, "NoOne") == "NoOne":
         return "{}"
     return "{" + rec[who] + "}"
+
+
+#: File.n of a name no model state stands for (past any MaxDel; TLA+ has no -1 here)
+NO_MODEL_COUNT = 999_999
+
+
+def _model_count(src: str, dst: str, prev_n: int, prev_k: int, cnt: int) -> int:
+    """The model's n (File.n: the count a name in target/ carries) of a message renamed
+    ``src`` -> ``dst`` whose name now carries ``cnt`` (before: ``prev_k``; model: ``prev_n``).
+
+    In target/ the name carries n itself (TLC checks Send and Redeliver against it).  Out
+    of target/ the model keeps n (deliveries so far = n + 1) and the name may keep its
+    count or be stamped (lifecycle.COUNT_RULES, the same table the replay uses); a name
+    outside that family stands for no state of the model (NO_MODEL_COUNT), so TLC rejects
+    the step."""
+    if dst == "target":
+        return cnt
+    try:
+        move = move_between(state_of_directory(src), state_of_directory(dst))
+    except (IllegalMove, ValueError):
+        return cnt
+    deliveries = prev_n + 1 if move is Move.CLAIM or src == "processing" else prev_n
+    return prev_n if count_ok(move, prev_k, cnt, deliveries) else NO_MODEL_COUNT
 
 
 def _owner(name: str) -> str | None:
@@ -548,6 +566,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
 
     for k, ev in enumerate(events):
         op = ev["op"]
+        if ev.get("kind") == "dir":
+            continue   # a directory is never a message of the model (junk is judged by the replay)
         if op == "rename":
             s, d = _split(ev["src"]), _split(ev["dst"])
             if s is None and d is None:
@@ -560,6 +580,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 err = err or (k, f"rename of an unknown file {ev['src']}")
                 break
             ident = ids.pop(key)
+            gone = ids.get((d[0], ev["dst"]))
             ids[(d[0], ev["dst"])] = ident
             if s[0] == "log":
                 if int(ident) in log_open:
@@ -567,18 +588,12 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"')
                 continue
             owner = _owner(d[2]) if d[1] == "processing" else None
-            cnt = _count(d[2])
-            prev_n, prev_k = model_n.get(ident, _count(s[2])), name_n.get(ident, _count(s[2]))
-            if d[1] == "target":
-                n = cnt                    # a name in target/ carries n itself
-            elif s[1] == "target" and d[1] == "processing" and cnt == prev_n + 1:
-                n = prev_n                 # a claim stamping the current count (1.2)
-            elif d[1] != "processing" and cnt == prev_k:
-                n = prev_n                 # name unchanged: Ack/Expire/DeadLetter keep n
-            else:
-                n = cnt                    # (a claim keeping the name: cnt = n)
+            cnt = name_delivery_count(d[2])
+            prev_k = name_n.get(ident, name_delivery_count(s[2]))
+            prev_n = model_n.get(ident, prev_k)
+            n = _model_count(s[1], d[1], prev_n, prev_k, cnt)
             model_n[ident], name_n[ident] = n, cnt
-            max_n = max(max_n, n)
+            max_n = max(max_n, n if n != NO_MODEL_COUNT else 0)
             if s[1] == "processing" and d[1] == "error":
                 dead_n.append(n)
             if d[1] == "expired":
@@ -592,6 +607,13 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 held_now = holding.setdefault(client(owner), set())
                 held_now.add(ident)
                 max_holding[client(owner)] = max(max_holding.get(client(owner), 0), len(held_now))
+            if gone is not None:
+                # a rename onto an existing name: this message moves and that one vanishes
+                # in one step, which no action of Dropbox does (a rename never replaces)
+                emit(k, op='"replace"', act='"Next"', m=ident, gone=gone, src=f'"{s[1]}"', dst=f'"{d[1]}"',
+                     c=client(owner) if owner else "NoOne",
+                     sc=client(src_owner) if src_owner else "NoOne", n=str(n))
+                continue
             emit(k, op='"rename"', act=_action(s[1], d[1]), m=ident, src=f'"{s[1]}"', dst=f'"{d[1]}"',
                  c=client(owner) if owner else "NoOne",
                  sc=client(src_owner) if src_owner else "NoOne", n=str(n))
@@ -640,8 +662,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                     txs.append(lg["sends"])
                 emit(k, op='"logdelete"', act='"DeleteLog"', lg=ident)
             else:
-                if sp[1] != "working":
-                    purgeable.add(ident)
+                if sp[1] != "working" and ev.get("purge", True):
+                    purgeable.add(ident)   # (purge False: a role that may not delete did: TLC rejects)
                 if sp[1] == "working":
                     # a discarded send: rolled back with its transaction's log,
                     # or by a transaction that never wrote one
@@ -704,11 +726,15 @@ Match(e) ==
             /\ ~Has(e.m) /\ fs' = fs \cup {{NewFile(e.m, e.dst)}}
             /\ log' = log /\ UNCHANGED ln
       [] e.op = "close" ->
-            /\ \E f \in fs : f.m = e.m /\ ~f.ok /\ fs' = (fs \ {{f}}) \cup {{[f EXCEPT !.ok = TRUE]}}
+            /\ \E f \in fs : f.m = e.m /\ fs' = (fs \ {{f}}) \cup {{[f EXCEPT !.ok = TRUE]}}
             /\ log' = log /\ UNCHANGED ln
       [] e.op = "rename" ->
             /\ \E f \in fs : /\ f.m = e.m /\ f.d = e.src /\ f.c = e.sc
                              /\ fs' = (fs \ {{f}}) \cup {{[f EXCEPT !.d = e.dst, !.c = e.c, !.n = e.n]}}
+            /\ log' = log /\ UNCHANGED ln
+      [] e.op = "replace" ->
+            /\ \E f, g \in fs : /\ f.m = e.m /\ f.d = e.src /\ f.c = e.sc /\ g.m = e.gone /\ g.d = e.dst
+                                /\ fs' = (fs \ {{f, g}}) \cup {{[f EXCEPT !.d = e.dst, !.c = e.c, !.n = e.n]}}
             /\ log' = log /\ UNCHANGED ln
       [] e.op = "delete" ->
             /\ \E f \in fs : f.m = e.m /\ f.d = e.src /\ fs' = fs \ {{f}}
