@@ -971,12 +971,14 @@ def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> Non
 
 
 _MEMORY_CHILD = """
-import resource, sys
+import sys
 from dropboxmq.message import BytesMessage, DeliveryMode, Queue
 from dropboxmq.session import Connection
 
-def peak():  # high-water mark of this process's resident memory, bytes
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def peak():  # high-water mark of this process's resident memory, bytes: VmHWM, which starts
+    # afresh at exec (ru_maxrss does not: it keeps the forking bench's, often far higher)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024
 
 root, size, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 with Connection(root, "memory-" + what) as conn:
