@@ -40,6 +40,12 @@ MutantRedeliverCount(f) == f.n
 MutantCommitLogDir == "associated"
 \* recovery rolls every log back, even one in committing/
 MutantRollForwardDirs == {}
+\* recover()/rollback() renames the session's messages to processed/ instead of target/
+MutantAckingPcs == {"acking", "commit", "recover", "rollback"}
+\* a transacted commit renames its receives to processed/ while its log is in associated/
+MutantEarlyAckLogDirs == {"associated"}
+\* the orphan sweep takes processing/ files of a consumer that is still alive
+MutantOwnerGone(c) == TRUE
 (***************************************************************************)
 (***************************************************************************)
 (* TLC figures for the mutants and witnesses (1 worker, `spec check`):     *)

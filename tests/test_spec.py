@@ -188,3 +188,22 @@ def test_two_consumer_race_trace_is_accepted_and_a_double_claim_rejected(tmp_pat
     v_good, v_bad = sc.validate_traces([good, bad], timeout=300)
     assert v_good.accepted, v_good
     assert not v_bad.accepted and v_bad.decided and v_bad.first_bad == 91
+
+
+#: mutants of the receive side that the stricter Channel rejects as a refinement
+#: violation too (their configs name a readable property, checked first)
+REFINEMENT_MUTANTS = ["mutant:recover_acks", "mutant:commit_acks_early", "mutant:sweep_live_owner",
+                      "mutant:client_ack_up_to"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REFINEMENT_MUTANTS)
+def test_receive_side_mutant_breaks_the_refinement(tmp_path, name):
+    m = ALL[name]
+    cfg = (SPEC / m.cfg).read_text()
+    head, _props = cfg.split("PROPERTIES")
+    only_refinement = tmp_path / "refinement.cfg"
+    only_refinement.write_text(head + "PROPERTIES\n    Refinement\n")
+    res = sc.run_tlc(SPEC / m.module, only_refinement, workers="1", timeout=400, cwd=SPEC)
+    assert res.exit_code == sc.EXIT_PROPERTY, res.output[-3000:]
+    assert sc._refinement_name(res) == "Refinement"

@@ -219,6 +219,10 @@ class Model:
         return f"{self.expect_code} {self.expect_prop}"
 
 
+#: the properties TLC checks as actions (a violation exits 13, not 12)
+ACTION_PROPERTIES = ("Refinement", "ClientAckAll", "ExpiredNeverDelivered",
+                     "NoSpuriousAck", "NoSpuriousRedelivery", "ReceiveTxAtomicity")
+
 _RE_EXPECT = re.compile(r"^\\\*\s*expect:\s*(?:rejected,\s*)?violated\s+(\w+)", re.M)
 
 #: time box of the CI simulation (seconds)
@@ -233,7 +237,7 @@ def _expectation(cfg_text: str, kind: str) -> tuple[int, str | None]:
         raise ValueError("mutant/witness config without an '\\* expect: violated NAME' line")
     prop = m.group(1)
     # invariants make TLC exit 12; action properties (and the refinement) 13
-    code = EXIT_PROPERTY if prop in ("Refinement", "ClientAckAll", "ExpiredNeverDelivered") else EXIT_INVARIANT
+    code = EXIT_PROPERTY if prop in ACTION_PROPERTIES else EXIT_INVARIANT
     return code, prop
 
 
