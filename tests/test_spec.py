@@ -69,7 +69,7 @@ def test_quick_ci_model_passes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["safety_client_tx", "topics"])
+@pytest.mark.parametrize("name", ["safety_client_tx", "topics", "topicsliveness"])
 def test_ci_model_passes(name):
     o = sc.run_model(ALL[name], SPEC, workers="1")
     assert o.ok, o.result.output[-3000:]
@@ -81,7 +81,7 @@ def test_mutant_is_rejected(name):
     m = ALL[name]
     o = sc.run_model(m, SPEC, workers="1")
     assert o.result.exit_code == m.expect_code, o.result.output[-3000:]
-    assert sc._refinement_name(o.result) == m.expect_prop
+    assert sc.violated_property(o.result) == m.expect_prop
 
 
 @pytest.mark.slow
@@ -105,7 +105,7 @@ def test_tlc_output_parsing():
     assert cov == {"Claim": 9, "Ack": 0}
     res = sc.TlcResult(13, 1.0, 1, 1, None,
                        "Error: Action property line 145, col 17 to line 145, col 30 of module Channel is violated.")
-    assert sc._refinement_name(res) == "Refinement"
+    assert sc.violated_property(res) == "Refinement"
 
 
 def test_render_trace_follows_identity_through_renames():
@@ -206,4 +206,4 @@ def test_receive_side_mutant_breaks_the_refinement(tmp_path, name):
     only_refinement.write_text(head + "PROPERTIES\n    Refinement\n")
     res = sc.run_tlc(SPEC / m.module, only_refinement, workers="1", timeout=400, cwd=SPEC)
     assert res.exit_code == sc.EXIT_PROPERTY, res.output[-3000:]
-    assert sc._refinement_name(res) == "Refinement"
+    assert sc.violated_property(res) == "Refinement"

@@ -104,10 +104,14 @@ class TlcResult:
     output: str
     coverage: dict[str, int] = dataclasses.field(default_factory=dict)
     timed_out: bool = False
+    depth: int | None = None         # TLC's "depth of the complete state graph search"
+    tlc_time: str | None = None      # TLC's own "Finished in ..." figure
 
 
 _RE_STATES = re.compile(r"([\d,]+) states generated, ([\d,]+) distinct states found")
-_RE_SIM = re.compile(r"The number of states generated: ([\d,]+)")
+_RE_SIM = re.compile(r"(?:The number of states generated: |Progress: )([\d,]+)(?: states checked)?")
+_RE_DEPTH = re.compile(r"The depth of the complete state graph search is (\d+)")
+_RE_FINISHED = re.compile(r"Finished in (.+?) at \(")
 _RE_INV = re.compile(r"Error: Invariant (\w+) is violated")
 _RE_ACTPROP = re.compile(r"Error: Action property (\w+) is violated")
 _RE_TEMPORAL = re.compile(r"Error: Temporal properties were violated")
@@ -116,6 +120,12 @@ _RE_COVER = re.compile(r"^<(\w+)(?:\(.*?\))? line \d+, col \d+ to line \d+, col 
 
 def _num(s: str) -> int:
     return int(s.replace(",", ""))
+
+
+def tlc_figures(out: str) -> tuple[int | None, str | None]:
+    """TLC's own depth of the search and wall time, as it prints them."""
+    depth, finished = _RE_DEPTH.findall(out), _RE_FINISHED.findall(out)
+    return (int(depth[-1]) if depth else None), (finished[-1] if finished else None)
 
 
 def parse_tlc_output(out: str) -> tuple[int | None, int | None, str | None, dict[str, int]]:
@@ -175,7 +185,9 @@ def run_tlc(
             code, timed_out = -1, True
         secs = time.monotonic() - t0
     distinct, generated, violated, coverage = parse_tlc_output(out)
-    return TlcResult(code, secs, distinct, generated, violated, out, coverage, timed_out)
+    depth, tlc_time = tlc_figures(out)
+    return TlcResult(code, secs, distinct, generated, violated, out, coverage, timed_out,
+                     depth, tlc_time)
 
 
 _SANY_ERR = re.compile(
@@ -241,7 +253,8 @@ def _expectation(cfg_text: str, kind: str) -> tuple[int, str | None]:
     return code, prop
 
 
-CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "liveness_auto", "liveness_client_tx")
+CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "safety_tx_pair", "liveness_auto",
+             "liveness_client_tx")
 DEEP_MODELS = ("deep_safety", "deep_race", "deep_liveness")
 
 
@@ -275,10 +288,21 @@ def models(deep: bool = False, root: Path | None = None) -> list[Model]:
     return out
 
 
-def _refinement_name(result: TlcResult) -> str | None:
-    """TLC names a violated action property by its location; map Channel!Spec to Refinement."""
-    m = re.search(r"Error: Action property (.*?) is violated", result.output)
-    if m and "of module Channel" in m.group(1):
+_RE_LOCATED = re.compile(r"Error: Action property line (\d+), col \d+ to .*? of module (\w+) is violated")
+
+
+def violated_property(result: TlcResult, root: Path | None = None) -> str | None:
+    """TLC names a violated conjunct of a property by its location, not its name: a
+    step of Channel (Ch!Spec) or the line of Dropbox's ``Refinement ==`` is Refinement."""
+    m = _RE_LOCATED.search(result.output)
+    if m is None:
+        return result.violated
+    line, module = int(m.group(1)), m.group(2)
+    if module == "Channel":
+        return "Refinement"
+    src = (root or spec_dir()) / f"{module}.tla"
+    lines = src.read_text().splitlines() if src.is_file() else []
+    if 0 < line <= len(lines) and lines[line - 1].lstrip().startswith("Refinement =="):
         return "Refinement"
     return result.violated
 
@@ -303,7 +327,7 @@ def run_model(model: Model, root: Path | None = None, workers: str = "2") -> Out
     tlc_args = [a for a in args if not a.startswith("-D")]
     res = run_tlc(root / model.module, root / model.cfg, workers=workers,
                   args=tlc_args, timeout=timeout, jvm_props=jvm_props)
-    violated = _refinement_name(res)
+    violated = violated_property(res, root)
     if res.timed_out:
         actual = "timeout"
     elif res.exit_code == EXIT_OK:
@@ -345,6 +369,15 @@ def sany_all(root: Path | None = None) -> list[tuple[str, bool, str]]:
 
 
 # --------------------------------------------------------------------------- CLI
+def _states_cell(r: TlcResult | None) -> str:
+    """Distinct states found (BFS), or states checked by a simulation."""
+    if r is None:
+        return ""
+    if r.distinct is not None:
+        return f"{r.distinct:,}"
+    return "" if r.generated is None else f"{r.generated:,} simulated"
+
+
 @click.group(name="spec")
 def spec() -> None:
     """The TLA+ specification (spec/): model checking and trace validation with TLC."""
@@ -363,13 +396,15 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
     console = Console(width=None if sys.stdout.isatty() else 150)
     root = spec_dir()
     table = Table(title=f"TLC on {root}")
-    for col in ("model", "distinct states", "seconds", "expected", "actual", "result"):
+    for col in ("model", "distinct states", "depth", "TLC time", "seconds", "expected", "actual",
+                "result"):
         table.add_column(col)
     passed = failed = 0
 
     if not only:
         for name, ok, out in sany_all(root):
-            table.add_row(f"SANY {name}", "", "", "ok", "ok" if ok else "error", "PASS" if ok else "FAIL")
+            table.add_row(f"SANY {name}", "", "", "", "", "ok", "ok" if ok else "error",
+                          "PASS" if ok else "FAIL")
             if ok:
                 passed += 1
             else:
@@ -386,7 +421,9 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
         m, r = o.model, o.result
         table.add_row(
             m.name,
-            "" if r is None or r.distinct is None else f"{r.distinct:,}",
+            _states_cell(r),
+            "" if r is None or r.depth is None else str(r.depth),
+            "" if r is None or r.tlc_time is None else r.tlc_time,
             "" if r is None else f"{r.seconds:.1f}",
             m.expected, o.actual, "PASS" if o.ok else "FAIL",
         )
@@ -399,7 +436,7 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
 
     if not only:
         missing = missing_coverage(outcomes)
-        table.add_row("coverage (CI models)", "", "", "all actions taken",
+        table.add_row("coverage (CI models)", "", "", "", "", "all actions taken",
                       "ok" if not missing else "never: " + ", ".join(missing),
                       "PASS" if not missing else "FAIL")
         if missing:
