@@ -281,9 +281,10 @@ def models(deep: bool = False, root: Path | None = None) -> list[Model]:
         if mod is None:
             continue
         text = cfg.read_text()
-        kind = "mutant" if _RE_EXPECT.search(text) else "model"
+        kind = "model" if not _RE_EXPECT.search(text) else \
+            "witness" if text.startswith("\\* WITNESS") else "mutant"
         code, prop = _expectation(text, kind)
-        out.append(Model(cfg.stem.lower() if kind == "model" else f"mutant:{cfg.stem}",
+        out.append(Model(cfg.stem.lower() if kind == "model" else f"{kind}:{cfg.stem}",
                          cfg.name, kind, code, prop, module=f"{mod}.tla"))
     return out
 
