@@ -527,6 +527,40 @@ def _owner(name: str) -> str | None:
     return name.split("~", 1)[0] if "~" in name else None
 
 
+def _log_members(content: str, ids: dict[tuple[str, str], str]) -> tuple[set[str], set[str]] | None:
+    """The sends and the receives a transaction log lists (the reference's JSON lines:
+    a send names the working/ file, a receive the processing/ file), as trace ids; None
+    when the content is not in that format or names a file the trace does not know."""
+    listed: dict[str, set[str]] = {"send": set(), "receive": set()}
+    for line in content.splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            where = {"send": "working", "receive": "processing"}[entry["kind"]]
+            ident = ids.get(("msg", f"{entry['box']}/{where}/{entry['name']}"))
+        except (ValueError, KeyError, TypeError):
+            return None
+        if ident is None:
+            return None
+        listed[entry["kind"]].add(ident)
+    return listed["send"], listed["receive"]
+
+
+def _record_log(lg: dict | None, ev: dict, ids: dict[tuple[str, str], str]) -> dict:
+    """A log event that carries the log's content (the watcher reads it at close_write
+    and at the rename into committing/): the transaction is what the log lists, not
+    what the trace then did, so a commit that applied only part of it is rejected.
+    Returns the TLA+ field the model's logset is checked against ({} without content)."""
+    members = _log_members(ev["content"], ids) if lg is not None and "content" in ev else None
+    if members is None:
+        return {}
+    sends, receives = members
+    lg["listed"] = sends | receives
+    lg["sends"] = set(sends)
+    return {"lset": _tla_set(sorted(lg["listed"]))}
+
+
 def load_trace(path: str | Path) -> list[dict]:
     events = []
     for n, line in enumerate(Path(path).read_text().splitlines()):
@@ -604,9 +638,11 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             ident = ids.pop(key)
             ids[(d[0], ev["dst"])] = ident
             if s[0] == "log":
+                listed = _record_log(log_open.get(int(ident)), ev, ids)
                 if int(ident) in log_open:
                     log_open[int(ident)]["state"] = d[1]
-                emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"')
+                emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"',
+                     **listed)
                 continue
             owner = _owner(d[2]) if d[1] == "processing" else None
             cnt = _count(d[2])
@@ -639,7 +675,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                  sc=client(src_owner) if src_owner else "NoOne", n=str(n))
             if s[1] == "working" and d[1] == "target":
                 for lg in log_open.values():
-                    if lg["state"] == "committing":
+                    if lg["state"] == "committing" and lg["listed"] is None:
                         lg["sends"].add(ident)
             continue
         sp = _split(ev["path"])
@@ -653,7 +689,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             if sp[0] == "log":
                 nlog += 1
                 ident = str(nlog)
-                log_open[nlog] = {"state": sp[1], "sends": set()}
+                log_open[nlog] = {"state": sp[1], "sends": set(), "listed": None}
                 emit(k, op='"logcreate"', act='"WriteLog"', lg=ident, to=f'"{sp[1]}"')
             else:
                 if sp[1] != "working":
@@ -669,7 +705,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 continue   # a write to a file created before the trace began
             ident = ids[key]
             if sp[0] == "log":
-                emit(k, op='"logclose"', act='"CloseLog"', lg=ident)
+                listed = _record_log(log_open.get(int(ident)), ev, ids)
+                emit(k, op='"logclose"', act='"CloseLog"', lg=ident, **listed)
             else:
                 emit(k, op='"close"', act='"CloseWrite"', m=ident)
         elif op == "delete":
@@ -688,7 +725,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                     # a discarded send: rolled back with its transaction's log,
                     # or by a transaction that never wrote one
                     for lg in log_open.values():
-                        if lg["state"] in ("associated", "rolling-back"):
+                        if lg["state"] in ("associated", "rolling-back") and lg["listed"] is None:
                             lg["sends"].add(ident)
                             break
                     else:
@@ -741,6 +778,10 @@ TInit == /\ Init /\ t \in DOMAIN Traces /\ i = 0 /\ ln = [p \in Proc |-> 0]
 (* event (TLC register k, per worker), read back by spec_check.           *)
 Reached(k, n) == IF n > TLCGet(k) THEN PrintT(<<"reached", k, n>>) /\ TLCSet(k, n) ELSE TRUE
 
+(* A log event that recorded the log's content: the model's log lists the  *)
+(* same messages (a commit is checked against its log, not its effects).  *)
+Listed(e, p) == "lset" \in DOMAIN e => logset[p] = e.lset
+
 Match(e) ==
     CASE e.op = "create" ->
             /\ ~Has(e.m) /\ fs' = fs \cup {{NewFile(e.m, e.dst)}}
@@ -762,9 +803,10 @@ Match(e) ==
       [] e.op = "logclose" ->
             /\ fs' = fs /\ UNCHANGED ln
             /\ \E p \in Proc : ln[p] = e.lg /\ log[p] = "writing" /\ log'[p] = "associated"
+                               /\ Listed(e, p)
       [] e.op = "logrename" ->
             /\ fs' = fs /\ UNCHANGED ln
-            /\ \E p \in Proc : ln[p] = e.lg /\ log[p] # e.to /\ log'[p] = e.to
+            /\ \E p \in Proc : ln[p] = e.lg /\ log[p] # e.to /\ log'[p] = e.to /\ Listed(e, p)
       [] e.op = "logdelete" ->
             /\ fs' = fs
             /\ \E p \in Proc : /\ ln[p] = e.lg /\ log[p] # "none" /\ log'[p] = "none"
