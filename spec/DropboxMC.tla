@@ -25,6 +25,11 @@ OnlyClient == [c \in Consumer |-> {"CLIENT"}]
 OnlyAuto == [c \in Consumer |-> {"AUTO", "DUPS_OK"}]
 OnlyTx == [c \in Consumer |-> {"TRANSACTED"}]
 
+(* A state constraint for models whose races safety_race already covers:   *)
+(* no listing keeps an entry that has left target/.  A stale entry can only *)
+(* be dropped (LoseRace); a listing that merely misses newer entries stays. *)
+ListingsCurrent == \A c \in Consumer : \A m \in listing[c] : In(m, "target")
+
 (* ---- the mutants (one decision each, as 1.2 or a naive port gets it) ---- *)
 \* claim by copy instead of rename
 MutantClaimFiles(f, g) == fs \cup {g}
