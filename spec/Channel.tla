@@ -166,9 +166,10 @@ Redeliver(m) ==
     /\ state[m] = "DELIVERED"
     /\ dcount[m] <= MaxDel
     /\ LET c == owner[m] IN
-         \/ ~live[c] /\ UNCHANGED <<phase, pending>>
-         \/ live[c] /\ phase[c] = "back" /\ m \in pending[c]
-            /\ SetPending(c, "back", pending[c] \ {m})
+         /\ c \in Consumer   \* (OneOwner; stated so that the action is total)
+         /\ \/ ~live[c] /\ UNCHANGED <<phase, pending>>
+            \/ live[c] /\ phase[c] = "back" /\ m \in pending[c]
+               /\ SetPending(c, "back", pending[c] \ {m})
     /\ state' = [state EXCEPT ![m] = "NEW"]
     /\ owner' = [owner EXCEPT ![m] = NoOne]
     /\ redelivered' = [redelivered EXCEPT ![m] = TRUE]
