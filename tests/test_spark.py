@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 from spark_fixtures import spark, spark_env  # noqa: E402,F401  (the session fixture)
 
 from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection  # noqa: E402
+from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -313,10 +313,9 @@ class Competitor(threading.Thread):
 
     def run(self) -> None:
         try:
-            with Connection(self.root, client_id="plain-competitor") as conn:
-                s = conn.create_session()
-                s.settings.recovery_interval = 0.0  # reclaim dead owners at every receive
-                c = s.create_consumer(Queue(self.queue))
+            every_receive = Settings(recovery_interval=0.0)  # reclaim dead owners at every receive
+            with Connection(self.root, client_id="plain-competitor", settings=every_receive) as conn:
+                c = conn.create_session().create_consumer(Queue(self.queue))
                 self.started_receiving.set()
                 while True:
                     m = c.receive(timeout=0.2)

@@ -1,30 +1,28 @@
 """Dropboxes as a PySpark data source and sink (short name ``dropboxmq``).
 
-Install with the ``dropboxmq[spark]`` extra, then::
-
-    from dropboxmq.spark import register
-    register(spark)
+Install with the ``dropboxmq[spark]`` extra; Spark finds the format by itself (the top-level
+module ``pyspark_dropboxmq``; from an editable install call ``register(spark)`` once)::
 
     # batch read: a browse, one row per message; never moves a file
     df = spark.read.format("dropboxmq").option("root", root).load("invoices")
     # batch write: the whole job is one transaction
     df.write.format("dropboxmq").option("root", root).mode("append").save("invoices")
-    # streaming read: claims, delivers in micro-batches, acks in commit(end)
+    # streaming read: claims in latestOffset, acks once the query's checkpoint commits the batch
     s = (spark.readStream.format("dropboxmq").option("root", root)
          .option("checkpointLocation", ckpt).option("maxMessagesPerTrigger", 1000).load("invoices"))
     # streaming write: each micro-batch committed atomically, once per batch id
-    s.writeStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt2).start("out")
+    s.writeStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt).start("out")
 
 Options: ``root`` (or $DROPBOXMQ_ROOT); read: ``include`` (comma list of processing, processed,
 expired, error, working, delayed, all; default: the browsable messages of target/), ``selector``,
 ``numPartitions``; write: ``durable`` (default true: fsync each file), ``timeToLive`` (seconds);
-stream read: ``checkpointLocation`` (give the query's own: the consumer's identity, and where the
-reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
+stream read: ``checkpointLocation`` (required; give the query's own: the consumer's identity, the
+owner of its claims, and where the reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
 ``maxMessagesPerTrigger``, ``maxDeliveryAttempts`` (10), ``selector``; stream write:
 ``checkpointLocation`` (or ``sinkId``).  Written rows: ``body`` (binary or string) or ``text`` or
 ``value``; optional ``priority``, ``message_class``, ``correlation_id``, ``jms_type``, ``reply_to``,
-``delivery_mode``, ``time_to_live``, ``properties`` (map of strings); any other column becomes a
-typed property; the columns a read adds (state, name, message_id, timestamp, ...) are ignored,
+``delivery_mode``, ``time_to_live``, ``properties`` (map of strings), ``typed_properties`` (the
+VARIANT a read gives: the types kept); any other column becomes a typed property; the columns a read adds (state, name, message_id, timestamp, ...) are ignored,
 so a browse can be written back.
 
 Destinations: ``name`` is a queue; ``topic:a.b`` a topic (write: publish with fan-out to every
@@ -53,14 +51,25 @@ job's client registration during the commit, so a driver killed inside it is a d
 
 *Streaming read*: the query is a client whose id is derived from its checkpoint location
 (``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` claims up to
-``maxMessagesPerTrigger`` messages (the claim of ``MessageConsumer._try_claim``: selector, delivery
-time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records the
-processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
+the read limit (``maxMessagesPerTrigger``; the claim of ``MessageConsumer._try_claim``: selector,
+delivery time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records
+the processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
 atomically; the offset is ``{"seq": n}``.  ``partitions(start, end)`` reads the manifests, so a
-batch that Spark re-runs after a restart gets exactly the same messages.  ``commit(end)`` ACKs every
-manifest up to ``end`` (processing/ -> processed/) and only then deletes it.  At start the query
-holds its client registration (a dead query's claims become reclaimable by everybody, as for any
-client) and redelivers its own claims that no manifest names (a kill between claim and manifest).
+batch that Spark re-runs after a restart gets exactly the same messages (marked redelivered).
+``commit(end)`` ACKs every manifest up to ``end`` and only then deletes it; because Spark commits a
+source only when it plans the next batch, every trigger (and the start) also commits what the
+checkpoint's ``commits/`` records, so the last batch of a run is acknowledged before the run ends.
+``trigger(availableNow=True)``: ``prepareForTriggerAvailableNow`` snapshots the names in target/,
+and later claims take only those, so the run drains that backlog and ends.
+
+Ownership: the claims belong to the checkpoint (``clients.hold_for_checkpoint``), not to the
+process: while the checkpoint exists, recoverers treat the query as alive, because a restarted
+query may still commit a logged batch.  At start, the query (holding its registration, so no other
+run of it is alive) acknowledges what ``commits/`` records and returns, redelivered, its claims that
+no batch of ``offsets/`` names (claimed by a latestOffset whose batch Spark never logged, or by a
+process killed before writing the manifest); a logged batch stays claimed for Spark to replay.
+Deleting the checkpoint, or ``dropboxmq recover --release <client>``, makes the query an ordinary
+dead owner (spec/CheckpointOwner.tla).
 
 *Streaming write*: like the batch write, per micro-batch, with client ``spark-sink-<hash of the
 checkpoint>``.  The driver commit of batch ``b`` commits one log named ``...~b<b>~0`` and, after
