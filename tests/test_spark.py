@@ -452,3 +452,39 @@ def test_missing_root_or_checkpoint_is_one_line_naming_the_option(spark, tmp_pat
         q.awaitTermination(120)
     assert ("ValueError: dropboxmq: a streaming read needs .option('checkpointLocation', DIR) on readStream too "
             "(the same DIR as the query's)") in str(e.value).splitlines(), str(e.value)
+
+
+def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
+    """Claims left by a stopped run: a batch the checkpoint shows committed is acknowledged, a
+    logged batch not committed stays claimed and is replayed marked redelivered, a claim no
+    logged batch names goes back redelivered."""
+    from dropboxmq.codec import decode_name
+    from dropboxmq.spark import DropboxMQStreamReader
+
+    root, ck = tmp_path / "root", tmp_path / "ck"
+    send(root, "in", 9)
+    opts = {"root": str(root), "path": "in", "checkpointLocation": str(ck), "maxMessagesPerTrigger": "3"}
+    first = DropboxMQStreamReader(opts)
+    offsets = [first.initialOffset()]
+    for _ in range(3):
+        offsets.append(first.latestOffset(offsets[-1], None))
+    first.stop()
+    assert len(ls(root, "in", "processing")) == 9
+    # what Spark wrote before the stop: batches 0 and 1 planned, batch 0 committed by the sink
+    for d in ("offsets", "commits"):
+        (ck / d).mkdir(parents=True)
+    for batch in (0, 1):
+        (ck / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(offsets[batch + 1])}")
+    (ck / "commits" / "0").write_text("v1\n{}")
+
+    again = DropboxMQStreamReader(opts)
+    assert again.initialOffset()["seq"] == 1
+    assert len(ls(root, "in", "processed")) == 3  # batch 0: the sink has it
+    back = ls(root, "in", "target")
+    assert len(back) == 3 and all(decode_name(n).redelivered for n in back)  # never logged
+    assert len(ls(root, "in", "processing")) == 3  # batch 1: Spark replays it
+    rows = [r for p in again.partitions(offsets[1], offsets[2]) for r in again.read(p)]
+    assert len(rows) == 3 and all(r[13] for r in rows)  # redelivered
+    again.commit(offsets[2])
+    again.stop()
+    assert len(ls(root, "in", "processed")) == 6 and ls(root, "in", "processing") == []
