@@ -161,11 +161,6 @@ def hold_for_checkpoint(root: Path, client_id: str, checkpoint: str) -> None:
         _write_hold(hold_path(root, client_id), checkpoint)
 
 
-def held_by_checkpoint(root: Path, client_id: str) -> bool:
-    checkpoint = _hold(root, client_id)
-    return checkpoint is not None and _checkpoint_exists(checkpoint)
-
-
 def release_hold(root: Path, client_id: str) -> bool:
     """The operator's word that the query is gone for good: its claims become a dead owner's.
     Returns whether a hold existed."""
