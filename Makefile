@@ -51,6 +51,7 @@ spec-deep: setup
 bench: setup        ## floor (C when gcc/cc is present), reference and peers side by side; results in stress/results/
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m dropboxmq.stress.bench
+	$(PY) -m dropboxmq.stress.spark_bench
 
 stress: setup system-deps   ## every nemesis (long profile); root needed for tmpfs / loop mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json

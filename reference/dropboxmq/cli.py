@@ -516,15 +516,23 @@ def stat(ctx, as_json) -> None:
 @click.option("--discard-orphans", is_flag=True, help="Delete orphans instead of quarantining them to error/.")
 @click.option("--assume-unknown-dead", is_flag=True,
               help="Also reclaim processing/ entries of clients never registered here (1.2, scripts).")
+@click.option("--release", "release", multiple=True, metavar="CLIENT",
+              help="CLIENT (e.g. a Spark query's spark-<hash>) is gone for good: drop its checkpoint "
+                   "hold so its claims are redelivered like any dead owner's. Repeatable.")
 @click.pass_context
-def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead) -> None:
+def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> None:
     """Recover after crashes: finish dead owners' transactions (roll forward or back),
     redeliver their in-flight messages, quarantine orphaned working/ files and expire
     overdue messages.  Prints a JSON report; exit status 1 if anything could not be fixed.
-    Safe to run at any time: live clients are never touched."""
+    Safe to run at any time: live clients, and clients whose claims a still existing
+    checkpoint holds (Spark queries), are never touched."""
+    from .clients import release_hold
     from .recovery import recover as run_recovery
 
     root = _require_root(ctx)
+    for client in release:
+        if not release_hold(root, client):
+            raise click.UsageError(f"--release {client}: no checkpoint hold for that client id")
     report = run_recovery(root, orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
                           assume_unknown_dead=assume_unknown_dead)
     click.echo(json.dumps(report.as_dict()))

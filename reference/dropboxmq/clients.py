@@ -102,4 +102,69 @@ def liveness(root: Path, client_id: str) -> str:
 
 def is_dead(root: Path, client_id: str, assume_unknown_dead: bool = False) -> bool:
     state = liveness(root, client_id)
+    checkpoint = _hold(root, client_id)
+    if checkpoint is not None and state != "alive":  # a known client whose claims a checkpoint may own
+        return not _checkpoint_exists(checkpoint)
     return state == "dead" or (state == "unknown" and assume_unknown_dead)
+
+
+# ---- checkpoint holds: claims owned by a durable commit log, not by a process
+#
+# A consumer whose acknowledgement is decided by an external commit log (a Spark query's
+# checkpoint) may commit a batch after any number of restarts, so its claims must outlive its
+# process: while its checkpoint exists it is never dead to recoverers.  Deleting the checkpoint,
+# or ``dropboxmq recover --release CLIENT`` (which empties the hold), makes it a dead owner.
+
+
+def hold_path(root: Path, client_id: str) -> Path:
+    return Path(root) / "dropboxmq" / "holds" / codec.encode_field(client_id)
+
+
+def _write_hold(path: Path, checkpoint: str) -> None:
+    os.makedirs(path.parent, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(checkpoint)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _hold(root: Path, client_id: str) -> str | None:
+    """The checkpoint holding ``client_id``'s claims ('' once released), or None: no hold."""
+    try:
+        return hold_path(root, client_id).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+
+
+def _checkpoint_exists(checkpoint: str) -> bool:
+    """A checkpoint on a non-local file system (``scheme://...``) cannot be checked here: it
+    holds until released."""
+    if not checkpoint:
+        return False
+    if checkpoint.startswith("file:"):
+        checkpoint = checkpoint[len("file:"):]
+    elif "://" in checkpoint:
+        return True
+    return os.path.exists(checkpoint)
+
+
+def hold_for_checkpoint(root: Path, client_id: str, checkpoint: str) -> None:
+    """Record (durably) that ``client_id``'s claims belong to ``checkpoint`` (a path or URI)."""
+    if _hold(root, client_id) != checkpoint:
+        _write_hold(hold_path(root, client_id), checkpoint)
+
+
+def release_hold(root: Path, client_id: str) -> bool:
+    """The operator's word that the query is gone for good: its claims become a dead owner's.
+    Returns whether a hold existed."""
+    if _hold(root, client_id) is None:
+        return False
+    _write_hold(hold_path(root, client_id), "")
+    return True
