@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import json
 import math
 import os
+import shutil
+import stat as stat_module
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Iterator, NoReturn
 
 import click
 from rich.console import Console
@@ -27,6 +32,48 @@ err_console = Console(stderr=True)
 DEFAULT_ROOT = "./var/dropbox"
 ACK_MODES = {"auto": 1, "client": 2, "dups-ok": 3, "transacted": 0}
 
+#: The group's own options, accepted after the verb too (`dropboxmq receive q --root DIR`).
+GLOBAL_FLAGS = ("--allow-network-fs", "--quiet", "-q")
+GLOBAL_WITH_VALUE = ("--root",)
+
+
+def hoist_global_options(args: list[str], commands: dict[str, click.Command]) -> list[str]:
+    """Move global options given after the verb in front of it, unless that verb has an
+    option of the same name.  Nothing after a '--' moves."""
+    i = 0
+    while i < len(args):  # skip the global options already in front
+        name = args[i].split("=", 1)[0]
+        if name in GLOBAL_WITH_VALUE:
+            i += 1 if "=" in args[i] else 2
+        elif name in GLOBAL_FLAGS:
+            i += 1
+        else:
+            break
+    if i >= len(args) or not isinstance(commands.get(args[i]), click.Command) \
+            or isinstance(commands[args[i]], click.Group):
+        return args
+    own = {opt for param in commands[args[i]].params for opt in param.opts}
+    moved: list[str] = []
+    kept: list[str] = []
+    rest = args[i + 1:]
+    j = 0
+    while j < len(rest):
+        arg = rest[j]
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            kept += rest[j:]
+            break
+        if name in own or name not in GLOBAL_FLAGS + GLOBAL_WITH_VALUE:
+            kept.append(arg)
+            j += 1
+        elif name in GLOBAL_WITH_VALUE and "=" not in arg:
+            moved += rest[j:j + 2]
+            j += 2
+        else:
+            moved.append(arg)
+            j += 1
+    return args[:i] + moved + [args[i]] + kept
+
 
 class _Group(click.Group):
     """Every user mistake is ONE line on stderr and a non-zero exit, never a traceback.
@@ -34,6 +81,11 @@ class _Group(click.Group):
     Our own errors (bad names, full disks, bad selectors, ...) exit 1; click's usage
     errors (bad options) exit 2; ``receive`` on an empty queue exits 3.
     """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            args = hoist_global_options(args, self.commands)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -79,7 +131,8 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     sys.exit(code)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_Group, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
@@ -89,16 +142,30 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     help="The dropbox root: the directory that holds every queue and topic.",
 )
 @click.option("--allow-network-fs", is_flag=True, help="Use a root on NFS/SMB anyway (weaker rename guarantees).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display or closing summary (they are shown only "
+              "when standard output is a terminal anyway).")
 @click.version_option(__version__, prog_name="dropboxmq")
 @click.pass_context
-def main(ctx: click.Context, root: Path, allow_network_fs: bool) -> None:
+def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) -> None:
     """dropboxmq: JMS-style guaranteed messaging whose only broker is a directory tree.
 
     A message is a file; its state is the directory holding it
     (working/ target/ processing/ processed/ expired/ error/); every state
     change is one atomic rename.  Files are compatible with DropboxMQ 1.2.
+    The options above may also follow the command (dropboxmq receive q --root DIR).
+
+    \b
+    Everyday tasks:
+      dropboxmq init orders                          create a queue
+      dropboxmq send orders 'hello'                  send text (or: --file blob.gz, a BytesMessage)
+      dropboxmq receive orders --body > out.bin      the body, raw
+      dropboxmq receive orders -n 0 --exec ./handle  one run per message, ack on exit 0
+      dropboxmq stat --watch                         depth, oldest age, error/ growth
+      dropboxmq prune --older-than 7d                retention of processed/ and expired/
     """
-    ctx.obj = {"root": root, "allow_network_fs": allow_network_fs}
+    ctx.obj = {"root": root, "allow_network_fs": allow_network_fs, "quiet": quiet}
+    if ctx.invoked_subcommand is None:  # bare `dropboxmq`: the help, and success
+        click.echo(ctx.get_help())
 
 
 def _connect(ctx: click.Context, client_id: str | None = None):
@@ -171,11 +238,18 @@ def _send_options(f):
     for option in reversed([
         click.argument("body", required=False),
         click.option("-f", "--file", "body_file", type=click.File("rb"),
-                     help="Read the body from a file ('-' = stdin)."),
+                     help="Read the body from a file ('-' = stdin) and send it as a BytesMessage (unless "
+                          "--text), streamed: a large file is never held in memory."),
         click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1),
                      help="Send the body this many times (ids are printed below 1000, a summary above)."),
         click.option("--bytes", "as_bytes", is_flag=True,
-                     help="Send a BytesMessage (default: a TextMessage, UTF-8 body)."),
+                     help="Send a BytesMessage (default for --file, and for standard input that is not "
+                          "UTF-8 text)."),
+        click.option("--text", "as_text", is_flag=True,
+                     help="Send a TextMessage (default for BODY and UTF-8 standard input); the body must be "
+                          "UTF-8."),
+        click.option("--create", is_flag=True, help="Create the queue if it does not exist (without it, an "
+                     "unknown queue is an error, so a typo creates nothing)."),
         click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
                      help="JMSPriority, 0 (lowest) to 9; higher priorities are delivered first."),
         click.option("--ttl", type=click.FloatRange(0), default=0, help="Time to live in seconds (0 = never expires)."),
@@ -206,10 +280,10 @@ def send(ctx, queue, **options) -> None:
     \b
     Examples:
       dropboxmq send orders 'hello' --priority 7 --property region=eu --property n=3:int
-      dropboxmq send images --bytes --file cat.png --ttl 3600
-      seq 10 | dropboxmq send numbers
+      dropboxmq send images --file cat.png --ttl 3600    # a BytesMessage
+      seq 10 | dropboxmq send numbers                    # UTF-8 input: a TextMessage
     """
-    _send(ctx, Queue(queue), **options)
+    _send(ctx, _known_queue(ctx, queue, options.pop("create")), **options)
 
 
 @main.command()
@@ -226,45 +300,75 @@ def publish(ctx, topic, **options) -> None:
     """
     from .message import Topic
 
+    del options["create"]  # publishing to a topic nobody subscribes to is fine (JMS)
     _send(ctx, Topic(topic), **options)
 
 
-def _send(ctx, dest, body, body_file, count, as_bytes, priority, ttl, delay, non_persistent, correlation_id,
-          jms_type, reply_to, properties, transacted, client_id) -> None:
-    from rich.progress import track
+def _is_regular_file(stream) -> bool:
+    try:
+        return stat_module.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False  # CliRunner's in-memory stdin, pipes, terminals
 
+
+def _check_utf8_file(stream) -> None:
+    """--text --file: the file must be UTF-8; checked in chunks, not read whole."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    seen = 0
+    try:
+        while chunk := os.pread(stream.fileno(), 1 << 20, seen):
+            decoder.decode(chunk)
+            seen += len(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(f"the file is not UTF-8 text (near byte {seen + exc.start}): "
+                               "send it without --text") from None
+
+
+def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, delay, non_persistent,
+          correlation_id, jms_type, reply_to, properties, transacted, client_id) -> None:
     from .message import BytesMessage, TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")
+    if as_bytes and as_text:
+        raise click.UsageError("--bytes or --text, not both")
     reply = Queue(reply_to) if reply_to else None
     props = [_parse_property(p) for p in properties]
+    data: bytes | None = None
+    source = None  # a regular file, streamed by the store instead of read here
     if body is not None:
         data = body.encode("utf-8", "surrogateescape")
+        text = not as_bytes
+    elif body_file is not None and _is_regular_file(body_file):
+        source, text = body_file, as_text
+        if text:
+            _check_utf8_file(source)
     else:
         stream = body_file or sys.stdin.buffer
         if body_file is None and sys.stdin is not None and sys.stdin.isatty():
             err_console.print("reading the body from standard input (end with Ctrl-D)", highlight=False)
         data = stream.read()
-    if not as_bytes:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise click.UsageError(f"the body is not UTF-8 text (byte {exc.start}): send it with --bytes") from None
-    mode = DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT
+        text = as_text or (body_file is None and not as_bytes and _is_utf8(data))
+    if text and data is not None and not _is_utf8(data):
+        raise click.UsageError("the body is not UTF-8 text: send it without --text")
+    headers = dict(delivery_mode=DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT,
+                   priority=priority, time_to_live=ttl, delivery_delay=delay)
     ids: list[str] = []
-    with _connect(ctx, client_id) as conn:
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "sent", f"to {dest.name}", count) as activity:
         session = conn.create_session(transacted=transacted)
         producer = session.create_producer(dest)
-        items = range(count)
-        if count >= 1000:
-            items = track(items, description=f"sending to {dest.name}", console=err_console)
-        for _ in items:
-            msg = BytesMessage(body=data) if as_bytes else TextMessage(body=data)
+        for _ in range(count):
+            msg = TextMessage(data or b"") if text else BytesMessage(data or b"")
             msg.correlation_id, msg.jms_type, msg.reply_to = correlation_id, jms_type, reply
-            for name, prop in props:
-                msg.properties[name] = prop
-            producer.send(msg, delivery_mode=mode, priority=priority, time_to_live=ttl, delivery_delay=delay)
+            msg.properties.update(props)
+            if source is not None:
+                producer.send_file(source, msg, **headers)
+            else:
+                producer.send(msg, **headers)
+            activity.advance()
             if count < 1000:
                 if transacted:
                     ids.append(msg.message_id)  # printed once the commit made them real
@@ -276,6 +380,51 @@ def _send(ctx, dest, body, body_file, count, as_bytes, priority, ttl, delay, non
                 click.echo(mid)
         if count >= 1000:
             click.echo(f"sent {count} messages to {dest.name}")
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class _Activity:
+    """Progress on stderr while a run works, and a closing summary (count, elapsed, rate) —
+    only when standard output is a terminal and --quiet is not given: scripts see none."""
+
+    def __init__(self, ctx: click.Context, verb: str, where: str, total: int | None) -> None:
+        self.verb, self.where, self.total = verb, where, total or None
+        self.shown = not ctx.find_root().obj.get("quiet") and sys.stdout.isatty()
+        self.done = 0
+        self.started = time.perf_counter()
+        self._progress: Any = None
+
+    def __enter__(self) -> "_Activity":
+        if self.shown and self.total != 1:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = [TextColumn(f"{self.verb.replace('sent', 'sending').replace('received', 'receiving')} "
+                                  f"{escape(self.where)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+            self._progress = Progress(*columns, console=err_console, transient=True)
+            self._task = self._progress.add_task("", total=self.total)
+            self._progress.start()
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self.shown and self.total != 1 and exc[0] is None:
+            elapsed = time.perf_counter() - self.started
+            rate = self.done / elapsed if elapsed > 0 else 0.0
+            err_console.print(Text(f"{self.verb} {self.done} message(s) {self.where} in {elapsed:.2f} s "
+                                   f"({rate:,.0f}/s)"), soft_wrap=True, highlight=False)
 
 
 def _json_value(v):
@@ -330,44 +479,112 @@ def _check_selector(selector: str | None) -> None:
 @click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to wait for each message (0 = do not wait).")
 @click.option("--selector", help="JMS message selector, e.g. \"JMSPriority > 4 AND region = 'eu'\".")
-@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default="auto", show_default=True,
-              help="auto: each message is acknowledged as it is received; dups-ok: lazily, in batches; "
-                   "client / transacted: acknowledge / commit once after the last message.")
+@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default=None,
+              help="auto (default): each message is acknowledged as it is received; dups-ok: lazily, in "
+                   "batches; client / transacted: acknowledge / commit once after the last message.  "
+                   "--exec and --output-dir acknowledge each message after its handling succeeded.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (headers, "
               "properties, and 'text' or 'body_hex').")
+@click.option("--body", "raw_body", is_flag=True,
+              help="Write the raw bodies to standard output, nothing else (streamed, any size).")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write each body to DIR/<message id without 'ID:'>, atomically (a dot-file renamed "
+                   "when complete and synced), print the path, then acknowledge.")
+@click.option("--exec", "command", metavar="CMD",
+              help="Run the shell command CMD once per message, the body on its standard input and "
+                   "the headers and properties in its environment (JMSMessageID, JMSPriority, ..., "
+                   "DROPBOXMQ_PROP_<name>); exit 0 acknowledges, anything else redelivers after a delay.")
+@click.option("--redelivery-delay", type=click.FloatRange(0), default=None,
+              help="Seconds before a message whose --exec failed is tried again; doubles with every "
+                   "attempt up to 30 s (default 0.1); after 10 deliveries it goes to error/.")
+@click.option("--create", is_flag=True, help="Create the queue if it does not exist (otherwise an error).")
 @click.option("--client-id", help="Client id to register (default: generated).")
 @click.pass_context
-def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) -> None:
+def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, raw_body, output_dir, command,
+            redelivery_delay, create, client_id) -> None:
     """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
-    and print them.  Exit status 3 when no message arrived, except with -n 0 (drain:
-    an already empty queue is success).
+    and print them, or hand each to a command or a directory.  Exit status 3 when no
+    message arrived, except with -n 0 (drain: an already empty queue is success); 1
+    when --exec failed for a message on its last try.
 
     \b
     Examples:
       dropboxmq receive orders --json
       dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
       dropboxmq receive orders --timeout 30      # wait up to 30 s
+      dropboxmq receive images --body > cat.png
+      dropboxmq receive jobs -n 0 --exec 'import-order "$JMSMessageID"'
+      dropboxmq receive uploads -n 0 --output-dir ./inbox
     """
-    dest = Queue(queue)
+    outputs = [flag for flag, given in (("--json", as_json), ("--body", raw_body),
+                                        ("--output-dir", output_dir is not None), ("--exec", command is not None))
+               if given]
+    if len(outputs) > 1:
+        raise click.UsageError(f"{' and '.join(outputs)} do not go together: pick one")
+    if ack_mode is not None and (command is not None or output_dir is not None):
+        raise click.UsageError(f"{outputs[0]} acknowledges each message after handling it: drop --ack-mode")
+    if redelivery_delay is not None and command is None:
+        raise click.UsageError("--redelivery-delay applies to --exec")
     _check_selector(selector)
-    _consume(ctx, client_id, ack_mode, count, timeout, as_json, f"no message in {queue}",
-             lambda session: session.create_consumer(dest, selector))
+    dest = _known_queue(ctx, queue, create)
+
+    def make(session):
+        consumer = session.create_consumer(dest, selector)
+        if redelivery_delay is not None:
+            consumer.redelivery_delay = redelivery_delay
+        return consumer
+
+    nothing = f"no message in {queue}"
+    if command is not None:
+        _handle_each(ctx, client_id, count, timeout, nothing, make, _exec_handler(command))
+    elif output_dir is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        _handle_each(ctx, client_id, count, timeout, nothing, make, _directory_handler(output_dir))
+    else:
+        _consume(ctx, client_id, ack_mode or "auto", count, timeout, as_json, nothing, make, raw_body)
 
 
-def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer) -> None:
-    """The receive loop shared by `receive` and `subscribe`."""
+def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
+    """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
+    did-you-mean, never a new queue)."""
+    from . import layout
+
+    queue = Queue(name)
+    if create or layout.queue_box(ctx.obj["root"], queue).exists():
+        return queue
+    root = _require_root(ctx)
+    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise click.ClickException(f"no queue {name!r} under {root}{hint} (create it with 'dropboxmq init {name}' "
+                               "or --create)")
+
+
+def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer,
+             raw_body: bool = False) -> None:
+    """The receive loop shared by `receive` and `subscribe`: print each message (or its raw body)."""
     mode = ACK_MODES[ack_mode]
     got = 0
-    with _connect(ctx, client_id) as conn:
+    out = sys.stdout.buffer
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "received", nothing.split()[-1], count) as activity:
         session = conn.create_session(transacted=mode == 0, ack_mode=mode or 1)
         consumer = make_consumer(session)
         while count == 0 or got < count:
-            msg = consumer.receive(timeout)
-            if msg is None:
-                break
-            _print_message(msg, as_json)
+            if raw_body:
+                delivered = consumer.receive_streamed(timeout)
+                if delivered is None:
+                    break
+                with delivered[1] as body:
+                    shutil.copyfileobj(body, out, 1 << 20)
+            else:
+                msg = consumer.receive(timeout)
+                if msg is None:
+                    break
+                _print_message(msg, as_json)
             got += 1
+            activity.advance()
         sys.stdout.flush()  # a closed pipe fails here, before commit/acknowledge: nothing is lost
+        out.flush()
         if mode == 0:
             session.commit()
         elif mode == 2:
@@ -376,6 +593,97 @@ def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, ma
         if not as_json:
             err_console.print(Text(nothing), soft_wrap=True)
         sys.exit(3)
+
+
+def _handle_each(ctx, client_id, count, timeout, nothing: str, make_consumer, handle) -> None:
+    """--exec / --output-dir: each message is acknowledged only once ``handle`` succeeded; a
+    failure puts it back, and this consumer tries it again after its redelivery delay (the
+    JMS delivery count decides when it is dead-lettered instead)."""
+    from .session import CLIENT_ACKNOWLEDGE
+
+    done = 0
+    failing: set[str] = set()  # ids whose last try failed
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "handled", nothing.split()[-1], count) as activity:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = make_consumer(session)
+        while count == 0 or done < count:
+            retry = consumer.next_retry_in() if failing else None
+            delivered = consumer.receive_streamed(timeout if retry is None else max(timeout, retry))
+            if delivered is None:
+                if failing and consumer.next_retry_in() is not None:
+                    continue  # a failed message is due again soon: wait for it
+                break
+            msg, body = delivered
+            with body:
+                succeeded = handle(msg, body)
+            if succeeded:
+                session.acknowledge()
+                failing.discard(msg.message_id)
+                done += 1
+                activity.advance()
+            else:
+                session.recover()
+                failing.add(msg.message_id)
+    if failing:
+        _fail(f"{len(failing)} message(s) not handled: back in the queue for a later run, or in error/ "
+              "after their last delivery")
+    if done == 0 and count != 0:
+        err_console.print(Text(nothing), soft_wrap=True)
+        sys.exit(3)
+
+
+def message_environment(msg) -> dict[str, str]:
+    """A message's headers (by their JMS names) and properties (DROPBOXMQ_PROP_<name>) as
+    environment variables for --exec handlers."""
+    def text(value) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    env = {
+        "JMSMessageID": msg.message_id, "JMSDestination": str(msg.destination), "JMSPriority": str(msg.priority),
+        "JMSTimestamp": str(msg.timestamp), "JMSExpiration": str(msg.expiration),
+        "JMSDeliveryMode": DeliveryMode(msg.delivery_mode).name, "JMSRedelivered": text(msg.redelivered),
+        "JMSXDeliveryCount": str(msg.delivery_count), "DROPBOXMQ_MESSAGE_CLASS": type(msg).__name__,
+        "JMSCorrelationID": msg.correlation_id or "", "JMSType": msg.jms_type or "",
+        "JMSReplyTo": str(msg.reply_to) if msg.reply_to else "",
+    }
+    for name, prop in msg.properties.items():
+        env[f"DROPBOXMQ_PROP_{name}"] = text(prop.value)
+    return env
+
+
+def _exec_handler(command: str):
+    def run(msg, body) -> bool:
+        sys.stdout.flush()  # the handler writes to the same standard output
+        env = {**os.environ, **message_environment(msg)}
+        status = subprocess.run(command, shell=True, stdin=body, env=env).returncode
+        if status != 0:
+            err_console.print(Text(f"--exec exited with status {status} for {msg.message_id} (delivery "
+                                   f"{msg.delivery_count}): it will be redelivered"), soft_wrap=True)
+        return status == 0
+    return run
+
+
+def _directory_handler(directory: Path):
+    def write(msg, body) -> bool:
+        name = msg.message_id.removeprefix("ID:")
+        final, partial = directory / name, directory / f".{name}.part"
+        try:
+            with open(partial, "wb") as out:
+                shutil.copyfileobj(body, out, 1 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, final)  # a redelivery after a crash rewrites the same file
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)  # the name is durable before the message is acknowledged
+        finally:
+            os.close(fd)
+        click.echo(str(final))
+        return True
+    return write
 
 
 @main.command()
@@ -475,9 +783,8 @@ def distribute(ctx, follow, client_id) -> None:
 def browse(ctx, queue, selector, limit, as_json) -> None:
     """Show QUEUE's waiting messages in delivery order (priority, then send order),
     moving nothing.  Expired and delayed messages are not shown."""
-    dest = Queue(queue)
     _check_selector(selector)
-    _require_root(ctx)
+    dest = _known_queue(ctx, queue, create=False)
     with _connect(ctx) as conn:
         browser = conn.create_session().create_browser(dest, selector)
         for i, msg in enumerate(browser):
@@ -545,9 +852,7 @@ def purge(ctx, queue, states, yes) -> None:
     from . import layout
     from .lifecycle import Move
 
-    box = layout.queue_box(_require_root(ctx), Queue(queue))
-    if not box.exists():
-        raise click.UsageError(f"no queue {queue!r} under {ctx.obj['root']}")
+    box = layout.queue_box(ctx.obj["root"], _known_queue(ctx, queue, create=False))
     if not yes:
         click.confirm(f"delete every message of {queue} in {', '.join(states)}?", abort=True)
     removed = 0

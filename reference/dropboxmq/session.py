@@ -27,9 +27,9 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, Protocol, Union
 
 from . import codec, layout, topics
 from .clients import Registration, is_dead
@@ -52,6 +52,8 @@ from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system
 from .transaction import TransactionLog, ensure_layout, recover_owner
 
 log = logging.getLogger("dropboxmq")
+
+DEFAULT_ROOT = "./var/dropbox"  # the CLI's default too
 
 
 class AckMode(enum.IntEnum):
@@ -95,6 +97,12 @@ class Settings:
     min_batch: int = 256  # names taken from one listing, at least ...
     batch_fraction: int = 8  # ... or 1/8 of the listing: keeps per-message scan cost flat
     allow_network_fs: bool = False
+    # A message that failed (listener raised, recover(), rollback) is not tried again by the
+    # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
+    # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
+    redelivery_delay: float = 0.1
+    redelivery_backoff: float = 2.0
+    max_redelivery_delay: float = 30.0
 
 
 # ---------------------------------------------------------------- wire mapping
@@ -163,6 +171,13 @@ class Connection:
         self._temporary: list[Destination] = []
         self._queue_boxes: dict[str, Dropbox] = {}
 
+    @classmethod
+    def from_env(cls, settings: Settings | None = None) -> "Connection":
+        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (else
+        ./var/dropbox), the client id from $DROPBOXMQ_CLIENT_ID (else generated)."""
+        return cls(os.environ.get("DROPBOXMQ_ROOT") or DEFAULT_ROOT, os.environ.get("DROPBOXMQ_CLIENT_ID") or None,
+                   settings)
+
     def __enter__(self) -> "Connection":
         return self
 
@@ -194,6 +209,14 @@ class Connection:
         self._registration.release()
         self._closed = True
 
+    def _delete_temporary(self, dest: Destination) -> None:
+        """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
+        if any(c.destination == dest and not c._closed for s in self._sessions for c in s._consumers):
+            raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
+        if dest in self._temporary:
+            self._temporary.remove(dest)
+            delete_temporary(self.root, dest)
+
     def _has_pending_work(self, box: Dropbox) -> bool:
         """Does an open transaction of this connection hold messages of ``box``?"""
         rel = os.path.relpath(box.path, self.root)
@@ -213,6 +236,33 @@ class Connection:
         return topics.fan_out_targets(self.root, dest, header, self.client_id)
 
 
+class _Temporary:
+    """delete() for temporary destinations; equal to the plain destination of the same name."""
+
+    name: str
+    connection: Connection
+
+    def delete(self) -> None:
+        self.connection._delete_temporary(self)  # type: ignore[arg-type]  # a Queue or Topic too
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (Queue, Topic)) and isinstance(self, type(other).__mro__[0]) \
+            and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((self.name,))
+
+
+@dataclass(frozen=True, eq=False)
+class TemporaryQueue(_Temporary, Queue):
+    connection: Connection = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class TemporaryTopic(_Temporary, Topic):
+    connection: Connection = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+
 # ---------------------------------------------------------------- session
 
 
@@ -224,6 +274,7 @@ class Delivery:
     processing_name: str
     original_name: str
     message: Message
+    body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
 
 
 class Session:
@@ -306,15 +357,16 @@ class Session:
         self._consumers.append(consumer)
         return consumer
 
-    def create_temporary_queue(self) -> Queue:
-        """A queue removed when this connection closes; only this connection may consume."""
-        q = Queue(topics.temporary_name(self.connection.client_id))
+    def create_temporary_queue(self) -> "TemporaryQueue":
+        """A queue removed by ``delete()`` or when this connection closes; only this
+        connection may consume."""
+        q = TemporaryQueue(topics.temporary_name(self.connection.client_id), self.connection)
         layout.queue_box(self.connection.root, q).ensure()
         self.connection._temporary.append(q)
         return q
 
-    def create_temporary_topic(self) -> Topic:
-        t = Topic(topics.temporary_name(self.connection.client_id))
+    def create_temporary_topic(self) -> "TemporaryTopic":
+        t = TemporaryTopic(topics.temporary_name(self.connection.client_id), self.connection)
         os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
         self.connection._temporary.append(t)
         return t
@@ -392,8 +444,16 @@ class Session:
     def _redeliver(self, deliveries: list[Delivery]) -> None:
         for d in deliveries:
             d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
+        self._back_off(deliveries)
         for c in self._consumers:
             c._scanner.invalidate()
+
+    def _back_off(self, deliveries: list[Delivery]) -> None:
+        """Each consumer of a redelivered message waits its redelivery delay before retrying it."""
+        for c in self._consumers:
+            for d in deliveries:
+                if c.box.path == d.box.path:
+                    c._back_off(d.original_name, d.message.delivery_count)
 
     # --- transactions
     def _tx_log(self) -> TransactionLog:
@@ -421,9 +481,10 @@ class Session:
 
     def _rollback(self) -> None:
         tx, self._tx = self._tx, None
-        self._unacked = []
+        received, self._unacked = self._unacked, []
         if tx is not None:
             tx.rollback()
+            self._back_off(received)
         for c in self._consumers:
             c._scanner.invalidate()
 
@@ -540,7 +601,7 @@ class Session:
     def _run_listener(self, consumer: "MessageConsumer", d: Delivery) -> None:
         self._delivered(d, by_listener=True)
         try:
-            consumer._listener(d.message)  # type: ignore[misc]
+            consumer._listener(d.message)  # type: ignore[misc]  # set: the dispatcher checked
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
             if self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
@@ -589,14 +650,35 @@ class MessageProducer:
         name = to_wire(msg)
         return msg, name, self.session.connection._boxes_for_send(dest, msg)
 
-    def send(self, message: Message, destination: Destination | None = None, *,
+    def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
              delivery_mode: DeliveryMode | None = None, priority: int | None = None,
              time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
         """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit).
-        On a topic, one copy goes to every matching subscription."""
+        On a topic, one copy goes to every matching subscription.
+
+        Either ``send(message[, destination])`` (JMS) or ``send(destination, body)``; a body
+        may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
+        dict -> MapMessage, list -> StreamMessage."""
         self.session._check_open()
-        prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        if isinstance(message, (Queue, Topic)):
+            message, destination = destination, message  # send(destination, body)
+        if isinstance(destination, (str, bytes, bytearray, dict, list)) or isinstance(message, (Queue, Topic)):
+            raise InvalidDestinationError("send(message, destination) or send(destination, body)")
+        prepared = self._prepare(as_message(message), destination, delivery_mode, priority, time_to_live,
+                                 delivery_delay)
         self._write([prepared])
+        return prepared[0]
+
+    def send_file(self, file: BinaryIO, message: Message | None = None, destination: Destination | None = None,
+                  **headers: Any) -> Message:
+        """Send the contents of an open regular file (from its start) without reading it into
+        memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
+        its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
+        self.session._check_open()
+        msg = BytesMessage() if message is None else message
+        msg.body = b""
+        prepared = self._prepare(msg, destination, **headers)
+        self._write([prepared], source=file)
         return prepared[0]
 
     def send_many(self, messages: list[Message], destination: Destination | None = None, **kw) -> list[Message]:
@@ -606,10 +688,11 @@ class MessageProducer:
         self._write(prepared)
         return [m for m, _, _ in prepared]
 
-    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]]) -> None:
+    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
         """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
         Several (bulk send, topic fan-out): group commit — write them all, one syncfs,
-        rename them all, then one more sync for the directories."""
+        rename them all, then one more sync for the directories.  ``source``: an open file
+        holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         with session._lock:
@@ -617,7 +700,8 @@ class MessageProducer:
                 for msg, name, boxes in prepared:
                     for box in boxes:
                         session._tx_log().record("send", box, name)
-                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False)
+                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
+                                     source=source)
                 return
             created: list[tuple[Dropbox, str, bool]] = []
             try:
@@ -625,7 +709,7 @@ class MessageProducer:
                     durable = msg.delivery_mode == DeliveryMode.PERSISTENT
                     for box in boxes:
                         if _create_copy(box, name, msg, isinstance(msg.destination, Topic),
-                                        durable=durable and not group):
+                                        durable=durable and not group, source=source):
                             created.append((box, name, durable))
                 if group and any(durable for *_, durable in created):
                     sync_file_system(root)  # every file durable before any rename is
@@ -638,15 +722,52 @@ class MessageProducer:
             sync_many((box, State.NEW) for box, _, durable in created if durable)
 
 
-def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool) -> bool:
-    """CREATE one copy; a subscription removed while we publish is skipped (False)."""
+def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
+                 source: BinaryIO | None = None) -> bool:
+    """CREATE one copy (the body from ``source`` if given); a subscription removed while we
+    publish is skipped (False)."""
     try:
-        box.create(name, msg.body, durable)
+        box.create(name, msg.body if source is None else source, durable)
     except StoreError as exc:
         if topic_copy and getattr(exc, "errno", None) == errno.ENOENT:
             return False
         raise
     return True
+
+
+#: What send() and receive_body() accept and return besides Message objects.
+Body = Union[str, bytes, dict, list]
+
+
+def as_message(body: "Message | Body") -> Message:
+    """The message for a plain body: str -> TextMessage, bytes -> BytesMessage,
+    dict -> MapMessage, list -> StreamMessage; a Message stays itself."""
+    if isinstance(body, Message):
+        return body
+    if isinstance(body, str):
+        return TextMessage(body)
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return BytesMessage(bytes(body))
+    if isinstance(body, dict):
+        m = MapMessage()
+        m.map = body
+        return m
+    if isinstance(body, list):
+        s = StreamMessage()
+        s.items = body
+        return s
+    raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
+
+
+def body_of(msg: Message) -> Any:
+    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body
 
 
 # ---------------------------------------------------------------- consumer side
@@ -749,6 +870,10 @@ def delete_temporary(root: Path, dest: Destination) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class MessageListener(Protocol):
+    def on_message(self, message: Message) -> Any: ...
+
+
 class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
                  selector_obj=None):
@@ -760,24 +885,62 @@ class MessageConsumer:
         self._subscription: topics.Subscription | None = None
         self._attachment: topics.Attachment | None = None
         self._scanner = _Scanner(box, session.settings)
-        self._listener: Callable[[Message], None] | None = None
+        self._listener: Callable[[Message], Any] | None = None
         self._closed = False
         self._last_recovery = -1e9
-        self._deferred: dict[str, int] = {}  # names with a future delivery time -> ms
+        self._deferred: dict[str, int] = {}  # names with a future delivery time or retry -> ms
+        settings = session.settings
+        self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
+        self.redelivery_backoff = settings.redelivery_backoff
+        self.max_redelivery_delay = settings.max_redelivery_delay
 
     # --- JMS surface
     def receive(self, timeout: float | None = None) -> Message | None:
         """Wait up to ``timeout`` seconds (None: forever, 0: don't wait) for a message."""
+        d = self._receive(timeout, read_body=True)
+        return None if d is None else d.message
+
+    def receive_body(self, timeout: float | None = None) -> Any:
+        """receive(), returning just the body as Python data (str for a TextMessage, bytes,
+        dict for a MapMessage, list for a StreamMessage); None when no message came."""
+        msg = self.receive(timeout)
+        return None if msg is None else body_of(msg)
+
+    def receive_streamed(self, timeout: float | None = None) -> tuple[Message, BinaryIO] | None:
+        """receive() for large bodies: the message without its body, and the body as an open
+        binary file to read in chunks (close it when done).  Acknowledged as receive() is."""
+        d = self._receive(timeout, read_body=False)
+        return None if d is None or d.body_file is None else (d.message, d.body_file)
+
+    def messages(self, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over messages as they arrive; stop when none arrives within ``timeout``
+        seconds (None: never stop).  ``for m in consumer`` does not wait at all."""
+        while (m := self.receive(timeout)) is not None:
+            yield m
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until a message this consumer holds back (redelivery backoff, delivery
+        delay) is due again; None when it holds none back."""
+        if not self._deferred:
+            return None
+        return max(0.0, (min(self._deferred.values()) - now_ms()) / 1000)
+
+    def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
         self._check_receive()
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
             if self.session.connection._started.is_set():
                 with self.session._lock:
-                    d = self._claim_next()
+                    d = self._claim_next(read_body)
                     if d is not None:
-                        self.session._delivered(d)
-                        return d.message
+                        try:
+                            self.session._delivered(d)
+                        except BaseException:
+                            if d.body_file is not None:
+                                d.body_file.close()
+                            raise
+                        return d
                     self.session._flush_lazy_acks()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -789,9 +952,17 @@ class MessageConsumer:
     def receive_no_wait(self) -> Message | None:
         return self.receive(0)
 
-    def set_message_listener(self, listener: Callable[[Message], None] | None) -> None:
+    def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
+        """Deliver messages to ``listener``: a callable taking the message, or an object with
+        an ``on_message(message)`` method (JMS style).  None stops delivery."""
         self.session._check_open()
-        self._listener = listener
+        if listener is None or callable(listener):
+            self._listener = listener
+        elif callable(getattr(listener, "on_message", None)):
+            self._listener = listener.on_message
+        else:
+            raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
+                            f"{type(listener).__name__} is neither")
         if listener is not None:
             self.session._ensure_dispatcher()
 
@@ -817,6 +988,15 @@ class MessageConsumer:
         while (m := self.receive(0)) is not None:
             yield m
 
+    def _back_off(self, name: str, deliveries: int) -> None:
+        """Hold ``name`` (just redelivered after its ``deliveries``-th delivery) back for the
+        exponential redelivery delay."""
+        if self.redelivery_delay <= 0:
+            return
+        delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
+        self._deferred[name] = now_ms() + int(delay * 1000)
+        self._scanner.skip.add(name)
+
     def _check_receive(self) -> None:
         self.session._check_open()
         if self._closed:
@@ -825,7 +1005,7 @@ class MessageConsumer:
             raise IllegalStateError("receive() is not allowed while a message listener is set")
 
     # --- the claim
-    def _claim_next(self) -> Delivery | None:
+    def _claim_next(self, read_body: bool = True) -> Delivery | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
         now_mono = time.monotonic()
         if now_mono - self._last_recovery > self.session.settings.recovery_interval:
@@ -841,12 +1021,12 @@ class MessageConsumer:
             if due:
                 scanner.invalidate()
         while (name := scanner.next()) is not None:
-            d = self._try_claim(name)
+            d = self._try_claim(name, read_body)
             if d is not None:
                 return d
         return None
 
-    def _try_claim(self, name: str) -> Delivery | None:
+    def _try_claim(self, name: str, read_body: bool = True) -> Delivery | None:
         box, settings, scanner = self.box, self.session.settings, self._scanner
         now = now_ms()
         header = from_wire(name, now)
@@ -878,8 +1058,12 @@ class MessageConsumer:
             log.warning("%s delivered %d times: dead-lettered", name, count - 1)
             box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
             return None
+        body_file = None
         try:
-            body = box.read(State.DELIVERED, pname)
+            if read_body:
+                header.body = box.read(State.DELIVERED, pname)
+            else:
+                body_file = box.open_body(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
             log.warning("unreadable message %s quarantined to error/: %s", name, exc)
             try:
@@ -890,12 +1074,11 @@ class MessageConsumer:
                 box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
                 raise
             return None
-        header.body = body
         header.destination = self.destination
         header.properties[DELIVERY_COUNT_PROP] = Property("I", count)
         header._session = self.session  # type: ignore[attr-defined]
         _, original = codec.split_processing_name(pname)
-        return Delivery(box, pname, original, header)
+        return Delivery(box, pname, original, header, body_file)
 
 
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
