@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 
 import click
 from rich.console import Console
@@ -23,13 +23,13 @@ from rich.table import Table
 
 from . import __version__
 from .errors import DropboxMQError
+from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
 
 console = Console()
 err_console = Console(stderr=True)
 
-DEFAULT_ROOT = "./var/dropbox"
 ACK_MODES = {"auto": 1, "client": 2, "dups-ok": 3, "transacted": 0}
 
 #: The group's own options, accepted after the verb too (`dropboxmq receive q --root DIR`).
@@ -37,7 +37,7 @@ GLOBAL_FLAGS = ("--allow-network-fs", "--quiet", "-q")
 GLOBAL_WITH_VALUE = ("--root",)
 
 
-def hoist_global_options(args: list[str], commands: dict[str, click.Command]) -> list[str]:
+def hoist_global_options(args: list[str], commands: Mapping[str, click.Command]) -> list[str]:
     """Move global options given after the verb in front of it, unless that verb has an
     option of the same name.  Nothing after a '--' moves."""
     i = 0
@@ -189,7 +189,7 @@ def _parse_boolean(text: str) -> bool:
     return text.lower() == "true"
 
 
-_PROPERTY_TYPES = {"boolean": _parse_boolean, "byte": int, "short": int, "int": int,
+_PROPERTY_TYPES: dict[str, Callable[[str], Any]] = {"boolean": _parse_boolean, "byte": int, "short": int, "int": int,
                    "long": int, "float": float, "double": float, "string": str}
 
 
@@ -371,7 +371,7 @@ def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, d
             activity.advance()
             if count < 1000:
                 if transacted:
-                    ids.append(msg.message_id)  # printed once the commit made them real
+                    ids.append(str(msg.message_id))  # printed once the commit made them real
                 else:
                     click.echo(msg.message_id)
         if transacted:
@@ -459,7 +459,7 @@ def _print_message(msg, as_json: bool) -> None:
         click.echo(json.dumps(_message_json(msg), ensure_ascii=False, default=str))
     else:
         d = _message_json(msg)
-        body = d.get("text", d.get("body_hex"))
+        body = str(d.get("text", d.get("body_hex")))
         flag = " (redelivered)" if msg.redelivered else ""
         line = Text.assemble((msg.message_id, "bold"), f" p{msg.priority}{flag}: ", body)  # never markup
         console.print(line, highlight=False, soft_wrap=True)

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Protocol, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
 from . import codec, layout, topics
 from .clients import Registration, is_dead
@@ -51,9 +51,11 @@ from .message import (
 from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
 from .transaction import TransactionLog, ensure_layout, recover_owner
 
+if TYPE_CHECKING:
+    from .selector import Selector
+
 log = logging.getLogger("dropboxmq")
 
-DEFAULT_ROOT = "./var/dropbox"  # the CLI's default too
 
 
 class AckMode(enum.IntEnum):
@@ -80,7 +82,7 @@ def now_ms() -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def selector_for(text: str):
+def selector_for(text: str) -> "Selector":
     """Parsed selectors, cached: a subscription's selector is evaluated at every fan-out."""
     from .selector import parse
 
@@ -175,7 +177,7 @@ class Connection:
     def from_env(cls, settings: Settings | None = None) -> "Connection":
         """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (else
         ./var/dropbox), the client id from $DROPBOXMQ_CLIENT_ID (else generated)."""
-        return cls(os.environ.get("DROPBOXMQ_ROOT") or DEFAULT_ROOT, os.environ.get("DROPBOXMQ_CLIENT_ID") or None,
+        return cls(os.environ.get("DROPBOXMQ_ROOT") or layout.DEFAULT_ROOT, os.environ.get("DROPBOXMQ_CLIENT_ID") or None,
                    settings)
 
     def __enter__(self) -> "Connection":
@@ -246,8 +248,8 @@ class _Temporary:
         self.connection._delete_temporary(self)  # type: ignore[arg-type]  # a Queue or Topic too
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, (Queue, Topic)) and isinstance(self, type(other).__mro__[0]) \
-            and other.name == self.name
+        kind = Queue if isinstance(self, Queue) else Topic
+        return isinstance(other, kind) and other.name == self.name
 
     def __hash__(self) -> int:
         return hash((self.name,))
@@ -627,8 +629,9 @@ class MessageProducer:
         self.time_to_live = 0.0  # seconds; 0 = never expires
         self.delivery_delay = 0.0  # seconds
 
-    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode=None, priority=None,
-                 time_to_live=None, delivery_delay=None) -> tuple[Message, str, list[Dropbox]]:
+    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode: DeliveryMode | None = None,
+                 priority: int | None = None, time_to_live: float | None = None,
+                 delivery_delay: float | None = None) -> tuple[Message, str, list[Dropbox]]:
         """Stamp the headers; return the message, its file name and the dropboxes it goes to."""
         dest = destination or self.destination
         if dest is None:
@@ -660,12 +663,10 @@ class MessageProducer:
         may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
         dict -> MapMessage, list -> StreamMessage."""
         self.session._check_open()
-        if isinstance(message, (Queue, Topic)):
-            message, destination = destination, message  # send(destination, body)
-        if isinstance(destination, (str, bytes, bytearray, dict, list)) or isinstance(message, (Queue, Topic)):
-            raise InvalidDestinationError("send(message, destination) or send(destination, body)")
-        prepared = self._prepare(as_message(message), destination, delivery_mode, priority, time_to_live,
-                                 delivery_delay)
+        body, dest = (destination, message) if isinstance(message, (Queue, Topic)) else (message, destination)
+        if body is None or isinstance(body, (Queue, Topic)) or not (dest is None or isinstance(dest, (Queue, Topic))):
+            raise InvalidDestinationError("send(message[, destination]) or send(destination, body)")
+        prepared = self._prepare(as_message(body), dest, delivery_mode, priority, time_to_live, delivery_delay)
         self._write([prepared])
         return prepared[0]
 
@@ -681,7 +682,7 @@ class MessageProducer:
         self._write([prepared], source=file)
         return prepared[0]
 
-    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw) -> list[Message]:
+    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw: Any) -> list[Message]:
         """Bulk send with group commit: fsync each file, rename all, fsync each target/ once."""
         self.session._check_open()
         prepared = [self._prepare(m, destination, **kw) for m in messages]
@@ -859,7 +860,7 @@ class _Scanner:
         return None
 
 
-def _parse_selector(text: str | None):
+def _parse_selector(text: str | None) -> "Selector | None":
     return selector_for(text) if text and text.strip() else None
 
 
@@ -876,7 +877,7 @@ class MessageListener(Protocol):
 
 class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 selector_obj=None):
+                 selector_obj: "Selector | None" = None):
         self.session = session
         self.box = box
         self.destination = destination

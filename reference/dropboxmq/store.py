@@ -52,7 +52,7 @@ def rename_noreplace(src: str, dst: str) -> None:
     working/ and target/ = sent).
     """
     global _noreplace_supported
-    if _noreplace_supported:
+    if _noreplace_supported and _renameat2 is not None:
         if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
