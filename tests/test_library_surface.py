@@ -185,11 +185,13 @@ def test_recover_in_client_mode_backs_off_too(tmp_path: Path) -> None:
         consumer = session.create_consumer(Queue("q"))
         consumer.redelivery_delay = 0.2
         assert consumer.receive(0) is not None
-        session.recover()
+        session.recover()  # JMS recover(): redelivered at once
+        assert consumer.receive(0) is not None
+        session.recover(back_off=True)  # processing failed: hold it back
         assert consumer.receive(0) is None  # held back by this consumer ...
-        assert 0 < consumer.next_retry_in() <= 0.2  # type: ignore[operator]
+        assert 0.2 < consumer.next_retry_in() <= 0.4  # type: ignore[operator]  # 2nd delivery: 0.2 * 2
         again = consumer.receive(5)  # ... until its delay is over
-        assert again is not None and again.redelivered and again.delivery_count == 2
+        assert again is not None and again.redelivered and again.delivery_count == 3
 
 
 # ---------------------------------------------------------------- typed

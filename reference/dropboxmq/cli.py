@@ -622,7 +622,7 @@ def _handle_each(ctx, client_id, count, timeout, nothing: str, make_consumer, ha
                 done += 1
                 activity.advance()
             else:
-                session.recover()
+                session.recover(back_off=True)
                 failing.add(msg.message_id)
     if failing:
         _fail(f"{len(failing)} message(s) not handled: back in the queue for a later run, or in error/ "

@@ -99,7 +99,7 @@ class Settings:
     min_batch: int = 256  # names taken from one listing, at least ...
     batch_fraction: int = 8  # ... or 1/8 of the listing: keeps per-message scan cost flat
     allow_network_fs: bool = False
-    # A message that failed (listener raised, recover(), rollback) is not tried again by the
+    # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
     # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
     # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
     redelivery_delay: float = 0.1
@@ -434,19 +434,22 @@ class Session:
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
 
-    def recover(self) -> None:
-        """Stop, and redeliver every unacknowledged message from the oldest on."""
+    def recover(self, back_off: bool = False) -> None:
+        """Stop, and redeliver every unacknowledged message from the oldest on.  With
+        ``back_off`` (processing failed), each consumer holds them back for its redelivery
+        delay first, as it does when a listener raises."""
         with self._lock:
             self._check_open()
             if self.transacted:
                 raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
-            self._redeliver(self._unacked)
+            self._redeliver(self._unacked, back_off)
             self._unacked = []
 
-    def _redeliver(self, deliveries: list[Delivery]) -> None:
+    def _redeliver(self, deliveries: list[Delivery], back_off: bool = False) -> None:
         for d in deliveries:
             d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
-        self._back_off(deliveries)
+        if back_off:
+            self._back_off(deliveries)
         for c in self._consumers:
             c._scanner.invalidate()
 
@@ -483,10 +486,9 @@ class Session:
 
     def _rollback(self) -> None:
         tx, self._tx = self._tx, None
-        received, self._unacked = self._unacked, []
+        self._unacked = []
         if tx is not None:
             tx.rollback()
-            self._back_off(received)
         for c in self._consumers:
             c._scanner.invalidate()
 
@@ -607,7 +609,7 @@ class Session:
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
             if self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
-                self._redeliver([d])
+                self._redeliver([d], back_off=True)
             return
         if self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
             self._ack_or_return(d)
