@@ -326,15 +326,17 @@ def test_stat_table_and_json(tmp_path: Path) -> None:
     ok(root, "send", "busy", "--create", "x", "-n", "3")
     ok(root, "receive", "busy")
     stats = json.loads(ok(root, "stat", "--json").stdout)
+    assert stats["busy"]["oldest_age_seconds"] >= 0
     assert stats == {
-        "busy": {"working": 0, "target": 2, "processing": 0, "processed": 1, "expired": 0, "error": 0},
-        "empty": {s: 0 for s in STATES},
+        "busy": {"working": 0, "target": 2, "processing": 0, "processed": 1, "expired": 0, "error": 0,
+                 "oldest_age_seconds": stats["busy"]["oldest_age_seconds"]},
+        "empty": {**{s: 0 for s in STATES}, "oldest_age_seconds": None},
     }
     table = ok(root, "stat").stdout
     for word in ("busy", "empty", *STATES):
         assert word in table
     busy_row = next(line for line in table.splitlines() if "busy" in line)
-    assert [int(t) for t in busy_row.replace("│", " ").split()[1:]] == [0, 2, 0, 1, 0, 0]
+    assert [int(t) for t in busy_row.replace("│", " ").split()[1:7]] == [0, 2, 0, 1, 0, 0]
 
 
 def test_recover_prints_a_json_report(tmp_path: Path) -> None:

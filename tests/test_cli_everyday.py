@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -223,3 +224,130 @@ def test_summary_on_a_terminal_only(tmp_path: Path) -> None:
     assert stderr == ""
     piped = subprocess.run([DMQ, "--root", root, "send", "q", "x", "-n", "5"], capture_output=True, text=True)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+# ---------------------------------------------------------------- watching and feeding monitoring
+
+
+def test_stat_prometheus_parses_with_the_prometheus_parser(tmp_path: Path) -> None:
+    parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client comes with the dev extra")
+    root = tmp_path / "r"
+    ok(root, "init", "idle", 'odd"name')
+    ok(root, "send", "q", "x", "-n", "3", "--create")
+    ok(root, "receive", "q")
+    [waiting, _] = sorted((root / "q" / "incoming" / "target").iterdir())
+    os.utime(waiting, (time.time() - 600, time.time() - 600))  # sent ten minutes ago
+    text = ok(root, "stat", "--format", "prometheus").stdout
+    samples = {(s.name, s.labels.get("destination"), s.labels.get("state")): s.value
+               for family in parser.text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("dropboxmq_messages", "q", "target")] == 2
+    assert samples[("dropboxmq_messages", "q", "processed")] == 1
+    assert samples[("dropboxmq_messages", 'odd"name', "error")] == 0
+    assert 600 <= samples[("dropboxmq_oldest_message_age_seconds", "q", None)] < 700
+    assert samples[("dropboxmq_oldest_message_age_seconds", "idle", None)] == 0
+
+
+def test_stat_watch_json_lines_and_growth(tmp_path: Path) -> None:
+    from dropboxmq.cli import stat_growth
+
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    lines = ok(root, "stat", "--watch", "--json", "--interval", "0.01", "--times", "3").stdout.splitlines()
+    assert len(lines) == 3
+    sample = json.loads(lines[-1])
+    assert sample["destinations"]["q"]["error_growth"] == 0 and "time" in sample
+    first = {"q": {"error": 2, "expired": 5}}
+    assert stat_growth({"q": {"error": 7, "expired": 5}, "new": {"error": 1, "expired": 0}}, first) == \
+        {"q": {"error_growth": 5, "expired_growth": 0}, "new": {"error_growth": 1, "expired_growth": 0}}
+
+
+# ---------------------------------------------------------------- retention
+
+
+def test_prune_by_age_and_state(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    ok(root, "send", "q", "x", "-n", "4")
+    ok(root, "receive", "q", "-n", "2")
+    (root / "q" / "incoming" / "error" / "dead").write_text("dead")
+    assert "deleted 0 message(s)" in ok(root, "prune", "--older-than", "1h").stdout  # all fresh
+    dry = ok(root, "prune", "q", "--older-than", "0s", "--dry-run").stdout
+    assert "would delete 2 message(s)" in dry and counts(root, "q")["processed"] == 2
+    assert "deleted 2 message(s)" in ok(root, "prune", "--older-than", "0").stdout
+    c = counts(root, "q")
+    assert (c["processed"], c["target"], c["error"]) == (0, 2, 1)  # waiting messages and error/ untouched
+    assert "deleted 1 message(s)" in ok(root, "prune", "--older-than", "0", "--state", "error").stdout
+    assert_one_line_error(run(root, "prune", "--older-than", "7x"), "not an age", code=2)
+    assert_one_line_error(run(root, "prune", "--older-than", "7d", "--state", "target"), "--state", code=2)
+
+
+def test_prune_uses_the_time_a_message_entered_its_state(tmp_path: Path) -> None:
+    from dropboxmq.layout import queue_box
+    from dropboxmq.retention import prune
+
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    ok(root, "send", "q", "x", "-n", "2")
+    ok(root, "receive", "q", "-n", "2")
+    box = queue_box(root, dropboxmq_queue("q"))
+    assert prune(box, ["processed"], 3600).matched == 0
+    later = prune(box, ["processed"], 3600, now=time.time() + 2 * 3600)
+    assert (later.matched, later.removed) == (2, 2) and counts(root, "q")["processed"] == 0
+
+
+def dropboxmq_queue(name: str):
+    from dropboxmq import Queue
+
+    return Queue(name)
+
+
+@pytest.mark.slow
+def test_prune_beside_running_consumers_loses_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    ok(root, "init", "q")
+    from dropboxmq import Connection, Queue
+
+    with Connection(root) as conn:
+        ids = {m.message_id for m in conn.create_session().create_producer(Queue("q")).send_many(
+            [dropboxmq_text(i) for i in range(400)])}
+    outputs = [tmp_path / f"consumer-{i}.jsonl" for i in range(2)]
+    consumers = [subprocess.Popen([DMQ, "--root", str(root), "receive", "q", "-n", "0", "--json"],
+                                  stdout=open(out, "w")) for out in outputs]
+    try:
+        while any(p.poll() is None for p in consumers):
+            subprocess.run([DMQ, "--root", str(root), "prune", "--older-than", "0"], capture_output=True,
+                           check=True, timeout=60)
+    finally:
+        for p in consumers:
+            p.kill() if p.poll() is None else None
+            p.wait()
+    received = [json.loads(line)["id"] for out in outputs for line in out.read_text().splitlines()]
+    assert sorted(received) == sorted(ids)  # each exactly once, none lost to the pruner
+    c = counts(root, "q")
+    assert c["target"] == c["processing"] == c["error"] == 0
+
+
+def dropboxmq_text(i: int):
+    from dropboxmq import TextMessage
+
+    return TextMessage(f"m{i}")
+
+
+def test_consumers_apply_a_retention_setting(tmp_path: Path) -> None:
+    from dropboxmq import Connection, Queue, Settings
+
+    with Connection(tmp_path, settings=Settings(retention=0, recovery_interval=0)) as conn:
+        session = conn.create_session()
+        session.create_producer().send_many([dropboxmq_text(i) for i in range(3)], Queue("q"))
+        consumer = session.create_consumer(Queue("q"))
+        assert [consumer.receive_body(0) for _ in range(3)] == ["m0", "m1", "m2"]
+        assert counts(tmp_path, "q")["processed"] >= 1
+        assert consumer.receive(0) is None  # the consumer's housekeeping pass prunes processed/
+    assert counts(tmp_path, "q")["processed"] == 0
+    with Connection(tmp_path / "keep") as conn:  # the default keeps everything
+        session = conn.create_session()
+        session.create_producer().send(Queue("q"), "x")
+        consumer = session.create_consumer(Queue("q"))
+        consumer.receive(0)
+        assert consumer.receive(0) is None
+    assert counts(tmp_path / "keep", "q")["processed"] == 1

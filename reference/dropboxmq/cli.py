@@ -793,28 +793,158 @@ def browse(ctx, queue, selector, limit, as_json) -> None:
             _print_message(msg, as_json)
 
 
+STAT_FORMATS = ("table", "json", "prometheus")
+
+
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Counts as one JSON object: destination -> directory -> count.")
+@click.option("--format", "fmt", type=click.Choice(STAT_FORMATS), default="table", show_default=True,
+              help="table; json: one object, destination -> state directory -> count, plus "
+                   "oldest_age_seconds; prometheus: the node_exporter textfile-collector format.")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C, with the growth of "
+              "error/ and expired/ since the start (json: one line per refresh).")
+@click.option("--interval", type=click.FloatRange(0.01), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--times", type=click.IntRange(0), default=0, help="With --watch: stop after this many refreshes "
+              "(0 = until Ctrl-C).")
 @click.pass_context
-def stat(ctx, as_json) -> None:
-    """Count the messages in each state of every destination under the root (a table)."""
+def stat(ctx, fmt, as_json, watch, interval, times) -> None:
+    """Count the messages in each state of every destination under the root, with the age
+    of the oldest waiting message (target/).
+
+    \b
+    Examples:
+      dropboxmq stat
+      dropboxmq stat --watch --interval 5
+      dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \\
+        mv /var/lib/node_exporter/dropboxmq.prom.tmp /var/lib/node_exporter/dropboxmq.prom
+    """
+    root = _require_root(ctx)
+    fmt = "json" if as_json else fmt
+    if not watch:
+        _show_stat(root, fmt, queue_stats(root), None)
+        return
+    first = queue_stats(root)
+    refreshes = 0
+    try:
+        if fmt == "table" and console.is_terminal:
+            from rich.live import Live
+
+            with Live(_stat_table(root, first, first), console=console, auto_refresh=False) as live:
+                while not times or refreshes < times - 1:
+                    time.sleep(interval)
+                    live.update(_stat_table(root, queue_stats(root), first), refresh=True)
+                    refreshes += 1
+            return
+        current = first
+        while True:
+            _show_stat(root, fmt, current, first)
+            sys.stdout.flush()
+            refreshes += 1
+            if times and refreshes >= times:
+                return
+            time.sleep(interval)
+            current = queue_stats(root)
+    except KeyboardInterrupt:
+        return
+
+
+def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
+    """destination -> {state directory: count, ..., "oldest_age_seconds": age of the oldest
+    file in target/ (seconds since it was written), or None when target/ is empty}."""
     from . import layout
 
-    root = _require_root(ctx)
-    rows = [(name, {d: box.count(State(d)) for d in STATE_DIRS}) for name, box in layout.all_dropboxes(root)]
-    if as_json:
-        click.echo(json.dumps({name: counts for name, counts in rows}))
-        return
+    now = time.time()
+    stats: dict[str, dict[str, Any]] = {}
+    for name, box in layout.all_dropboxes(root):
+        row: dict[str, Any] = {d: box.count(State(d)) for d in STATE_DIRS}
+        row["oldest_age_seconds"] = _oldest_age(box.dir(State.NEW), now)
+        stats[name] = row
+    return stats
+
+
+def _oldest_age(directory: str, now: float) -> float | None:
+    oldest = None
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue  # claimed meanwhile
+                oldest = mtime if oldest is None else min(oldest, mtime)
+    except FileNotFoundError:
+        return None
+    return None if oldest is None else round(max(0.0, now - oldest), 3)
+
+
+def stat_growth(current: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """How many more files error/ and expired/ hold than at the start of a watch."""
+    return {name: {f"{d}_growth": row[d] - first.get(name, {}).get(d, 0) for d in ("error", "expired")}
+            for name, row in current.items()}
+
+
+def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
+    """The textfile-collector format: gauges per destination (and state directory)."""
+    def label(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    lines = ["# HELP dropboxmq_messages Messages in each state directory of a destination.",
+             "# TYPE dropboxmq_messages gauge"]
+    for name, row in stats.items():
+        for d in STATE_DIRS:
+            lines.append(f'dropboxmq_messages{{destination="{label(name)}",state="{d}"}} {row[d]}')
+    lines += ["# HELP dropboxmq_oldest_message_age_seconds Age of the oldest message waiting in target/ "
+              "(0 when none waits).", "# TYPE dropboxmq_oldest_message_age_seconds gauge"]
+    for name, row in stats.items():
+        lines.append(f'dropboxmq_oldest_message_age_seconds{{destination="{label(name)}"}} '
+                     f'{row["oldest_age_seconds"] or 0}')
+    return "\n".join(lines) + "\n"
+
+
+def _show_stat(root: Path, fmt: str, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> None:
+    if fmt == "json":
+        if first is not None:
+            growth = stat_growth(stats, first)
+            stats = {name: {**row, **growth[name]} for name, row in stats.items()}
+            click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
+        else:
+            click.echo(json.dumps(stats))
+    elif fmt == "prometheus":
+        click.echo(prometheus_text(stats), nl=False)
+    else:
+        console.print(_stat_table(root, stats, first))
+
+
+def _age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _stat_table(root: Path, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> Table:
     table = Table(title=Text(f"dropboxes under {root}"),
                   caption="states: " + ", ".join(f"{d}={State(d).name}" for d in STATE_DIRS))
     table.add_column("destination", no_wrap=True)
     for d in STATE_DIRS:
         table.add_column(d, justify="right", no_wrap=True)
-    for name, counts in rows:
-        table.add_row(Text(name), *(str(counts[d]) for d in STATE_DIRS))
-    if not rows:
-        table.add_row(Text("(none: dropboxmq init QUEUE)", style="dim"), *("" for _ in STATE_DIRS))
-    console.print(table)
+    table.add_column("oldest", justify="right", no_wrap=True)  # age of the oldest waiting message
+    growth = stat_growth(stats, first) if first is not None else {}
+    for name, row in stats.items():
+        cells = [str(row[d]) for d in STATE_DIRS]
+        for d in ("expired", "error"):
+            added = growth.get(name, {}).get(f"{d}_growth", 0)
+            if added:
+                cells[STATE_DIRS.index(d)] += f" (+{added})"
+        table.add_row(Text(name), *cells, _age_text(row["oldest_age_seconds"]))
+    if not stats:
+        table.add_row(Text("(none: dropboxmq init QUEUE)", style="dim"), *("" for _ in range(len(STATE_DIRS) + 1)))
+    return table
 
 
 @main.command()
@@ -861,6 +991,66 @@ def purge(ctx, queue, states, yes) -> None:
         for name in box.list(st):
             removed += box.move(Move.PURGE, st, name)
     click.echo(f"purged {removed} messages from {queue}")
+
+
+def _states_list(ctx, param, value: str) -> list[str]:
+    from .retention import TERMINAL
+
+    states = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in states if v not in TERMINAL]
+    if bad or not states:
+        raise click.BadParameter(f"{value!r}: a comma-separated list of {', '.join(TERMINAL)}")
+    return states
+
+
+def _age(ctx, param, value: str) -> float:
+    from .retention import parse_age
+
+    try:
+        return parse_age(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command()
+@click.argument("queues", nargs=-1)
+@click.option("--older-than", "older_than", required=True, callback=_age, metavar="AGE",
+              help="Delete messages that entered their state more than AGE ago: 90s, 15m, 12h, 7d, 2w.")
+@click.option("--state", "states", default="processed,expired", show_default=True, callback=_states_list,
+              help="Comma-separated terminal states to prune: processed, expired, error.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.pass_context
+def prune(ctx, queues, older_than, states, dry_run) -> None:
+    """Retention: delete old messages from the terminal states (processed/, expired/,
+    error/) of the named QUEUES, or of every queue and subscription.  Safe while producers
+    and consumers run: messages never leave a terminal state, so only finished messages
+    are deleted.  Consumers can do the same as they go (Settings.retention).
+
+    \b
+    Examples:
+      dropboxmq prune --older-than 7d
+      dropboxmq prune orders --older-than 30d --state error --dry-run
+    """
+    from . import layout
+    from .retention import PruneResult, prune as prune_box
+
+    root = _require_root(ctx)
+    boxes = [(q, layout.queue_box(root, _known_queue(ctx, q, create=False))) for q in queues] \
+        or list(layout.all_dropboxes(root))
+    total = PruneResult()
+    for name, box in boxes:
+        done = prune_box(box, states, older_than, dry_run)
+        if done.matched:
+            verb = "would delete" if dry_run else "deleted"
+            click.echo(f"{name}: {verb} {done.matched if dry_run else done.removed} "
+                       f"({', '.join(f'{d} {n}' for d, n in done.per_state.items())})")
+        total.matched += done.matched
+        total.removed += done.removed
+        total.bytes += done.bytes
+    if dry_run:
+        click.echo(f"would delete {total.matched} message(s), {total.bytes:,} bytes (dry run)")
+    else:
+        click.echo(f"deleted {total.removed} message(s), {total.bytes:,} bytes")
 
 
 @main.command()

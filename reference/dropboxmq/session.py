@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
-from . import codec, layout, topics
+from . import codec, layout, retention, topics
 from .clients import Registration, is_dead
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
@@ -105,6 +105,9 @@ class Settings:
     redelivery_delay: float = 0.1
     redelivery_backoff: float = 2.0
     max_redelivery_delay: float = 30.0
+    # Seconds to keep acknowledged and expired messages: consumers delete older ones as they
+    # go (every recovery_interval), like `dropboxmq prune --older-than`.  None: keep them all.
+    retention: float | None = None
 
 
 # ---------------------------------------------------------------- wire mapping
@@ -1014,6 +1017,8 @@ class MessageConsumer:
         if now_mono - self._last_recovery > self.session.settings.recovery_interval:
             self._last_recovery = now_mono
             reclaim_dead_owners(self.session.connection.root, self.box)
+            if self.session.settings.retention is not None:
+                retention.prune(self.box, ["processed", "expired"], self.session.settings.retention)
         scanner = self._scanner
         if self._deferred:  # delayed messages whose delivery time has come are eligible again
             now = now_ms()
