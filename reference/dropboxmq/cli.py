@@ -1066,7 +1066,8 @@ def demo(ctx, producers, consumers, messages, queue) -> None:
     from .demo import run_demo
 
     Queue(queue)
-    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console)
+    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console,
+                  show_progress=not ctx.obj["quiet"] and sys.stdout.isatty())
     sys.exit(0 if ok else 1)
 
 
