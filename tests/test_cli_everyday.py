@@ -70,8 +70,8 @@ def test_exec_handler_that_always_fails_backs_off_then_dead_letters(tmp_path: Pa
     assert len(times) == 10  # max_delivery_attempts, then error/
     gaps = [b - a for a, b in zip(times, times[1:])]
     # the k-th redelivery waits at least 0.002 * 2**(k-1) s: 9 gaps, >= 1.022 s in all
-    assert sum(gaps) >= 0.002 * (2 ** 9 - 1)
-    assert gaps[-1] >= 0.002 * 2 ** 8
+    assert sum(gaps) >= 0.002 * (2 ** 9 - 1) - 0.01  # (a millisecond clock: each gap may be ~1 ms short)
+    assert gaps[-1] >= 0.002 * 2 ** 8 - 0.002
     assert counts(root, "q")["error"] == 1
 
 
