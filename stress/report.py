@@ -15,7 +15,8 @@ def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _axes(title: str, xlabel: str, ylabel: str, xticks: list[tuple[float, str]], yticks: list[tuple[float, str]]) -> list[str]:
+def _axes(title: str, xlabel: str, ylabel: str, xticks: list[tuple[float, str]],
+          yticks: list[tuple[float, str]]) -> list[str]:
     """Frame, title, axis labels (the y label rotated) and ticks; positions are pixel coordinates."""
     left, bottom = PAD + 16, H - PAD + 10
     parts = [f'<text x="{left}" y="14" font-size="12">{_esc(title)}</text>',

@@ -226,7 +226,8 @@ def test_public_api_is_typed(tmp_path: Path) -> None:
     package = Path(dropboxmq.__file__).parent
     (tmp_path / "user.py").write_text(USER_PROGRAM)
     modules = [str(package / m) for m in ("__init__.py", "session.py", "message.py", "errors.py", "retention.py")]
-    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), "--ignore-missing-imports",
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+                           "--ignore-missing-imports",
                            "--follow-imports=silent", "--disallow-untyped-defs", "--disallow-incomplete-defs",
                            *modules], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout

@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dropboxmq")
 
 
-
 class AckMode(enum.IntEnum):
     SESSION_TRANSACTED = 0
     AUTO_ACKNOWLEDGE = 1
@@ -180,8 +179,8 @@ class Connection:
     def from_env(cls, settings: Settings | None = None) -> "Connection":
         """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (else
         ./var/dropbox), the client id from $DROPBOXMQ_CLIENT_ID (else generated)."""
-        return cls(os.environ.get("DROPBOXMQ_ROOT") or layout.DEFAULT_ROOT, os.environ.get("DROPBOXMQ_CLIENT_ID") or None,
-                   settings)
+        root = os.environ.get("DROPBOXMQ_ROOT") or layout.DEFAULT_ROOT
+        return cls(root, os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings)
 
     def __enter__(self) -> "Connection":
         return self
