@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import codec
+from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .store import Dropbox, _fsync_dir, sync_file_system, sync_many
 
@@ -102,11 +103,16 @@ class TransactionLog:
         if durable:  # group commit: the log and every working/ file it names, in one syncfs
             sync_file_system(self.root)
         os.rename(self._path(ASSOCIATED), self._path(COMMITTING))
-        if durable:
-            _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
         # ---- point of no return: from here on recovery rolls forward ----
-        roll_forward(self.root, self.entries, durable)
-        os.unlink(self._path(COMMITTING))
+        try:
+            if durable:
+                _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
+            roll_forward(self.root, self.entries, durable)
+            os.unlink(self._path(COMMITTING))
+        except (OSError, StoreError) as exc:
+            raise TransactionInDoubtError(
+                f"in doubt: transaction {self.name} is committed but not fully applied ({exc}); "
+                "recovery will finish it -- do not send it again") from exc
 
     def rollback(self) -> None:
         if not self.entries:
@@ -176,6 +182,27 @@ def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
             yield where, d / name
 
 
+def logged_sends(root: Path) -> set[str]:
+    """The working/ name of every send that a log still on disk names.  Directories are read in
+    the order a log travels (associated/ first), and a log gone from where it was listed is
+    read where it went, so a transaction committing or rolling back meanwhile is not missed."""
+    names: set[str] = set()
+    for where in (ASSOCIATED, COMMITTING, ROLLING_BACK):
+        try:
+            listed = sorted(os.listdir(transaction_dir(root) / where))
+        except FileNotFoundError:
+            continue
+        for log_name in listed:
+            for place in (where, COMMITTING, ROLLING_BACK):
+                try:
+                    entries = read_log(transaction_dir(root) / place / log_name)
+                except FileNotFoundError:
+                    continue
+                names.update(e.name for e in entries if e.kind == "send")
+                break
+    return names
+
+
 def recover_log(root: Path, where: str, path: Path) -> str:
     """Finish a dead owner's transaction: forward if it reached committing/, else back.
     Idempotent, so two recoverers racing on one log do no harm."""
@@ -196,9 +223,30 @@ def recover_log(root: Path, where: str, path: Path) -> str:
     return outcome
 
 
+def finish_dead_commits(root: Path) -> int:
+    """Roll forward every committed (``committing/``) transaction whose owner is dead, so that a
+    publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
+    an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
+    from .clients import is_dead
+
+    d = transaction_dir(root) / COMMITTING
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return 0
+    n = 0
+    for name in names:
+        if is_dead(root, log_owner(name)):
+            recover_log(root, COMMITTING, d / name)
+            n += 1
+    return n
+
+
 def recover_owner(root: Path, client_id: str) -> int:
     """Finish every transaction of one dead client (before its processing/ entries are
-    redelivered: a committing log must ACK them, not see them redelivered)."""
+    redelivered: a committing log must ACK them, not see them redelivered).  Also run by a
+    connection that has just taken the client id's lock: every log of that id is then its
+    dead predecessor's (or its own, committed but left in doubt)."""
     n = 0
     for where, path in list(pending_logs(root)):
         if log_owner(path.name) == client_id:
