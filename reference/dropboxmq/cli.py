@@ -547,11 +547,11 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, raw_body, o
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import layout
+    from . import layout, topics
 
     queue = Queue(name)
-    if create or layout.queue_box(ctx.obj["root"], queue).exists():
-        return queue
+    if create or layout.queue_box(ctx.obj["root"], queue).exists() or topics.temporary_owner(name) is not None:
+        return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = _require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
     close = difflib.get_close_matches(name, known, n=1)
