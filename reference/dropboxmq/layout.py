@@ -9,6 +9,7 @@ from typing import Iterator
 from .message import Queue, Topic
 from .store import Dropbox
 
+DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 TOPIC_ROOT = "topic-root"
 INTERNAL = "dropboxmq"
 

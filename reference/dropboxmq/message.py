@@ -242,9 +242,18 @@ class Message:
             session.acknowledge()
 
 
-@dataclass
+@dataclass(init=False)
 class TextMessage(Message):
+    """``TextMessage("hello", priority=7)``: the body is str (stored as UTF-8) or UTF-8 bytes."""
+
     class_letter = "T"
+
+    def __init__(self, body: str | bytes = b"", **headers: Any) -> None:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, (bytes, bytearray)):
+            raise MessageFormatError(f"a TextMessage body is str or UTF-8 bytes, not {type(body).__name__}")
+        super().__init__(body=bytes(body), **headers)
 
     @property
     def text(self) -> str:

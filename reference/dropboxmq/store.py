@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
@@ -54,7 +54,7 @@ def rename_noreplace(src: str, dst: str) -> None:
     working/ and target/ = sent).
     """
     global _noreplace_supported
-    if _noreplace_supported:
+    if _noreplace_supported and _renameat2 is not None:
         if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
@@ -199,9 +199,11 @@ class Dropbox:
         return len(self.list(state))
 
     # --- CREATE: ABSENT -> NOT_COMMITTED
-    def create(self, name: str, body: bytes, durable: bool) -> None:
+    def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
-        fsync it when durable.  On any failure the partial file is removed."""
+        fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
+        an open regular file: it is copied from offset 0 in chunks (a large body is never
+        held in memory; several copies of one file each start at 0)."""
         next_state(State.ABSENT, Move.CREATE)
         if len(os.fsencode(name)) > MAX_NAME_BYTES:
             raise StoreError(f"file name is {len(os.fsencode(name))} bytes, over the {MAX_NAME_BYTES}-byte limit")
@@ -211,10 +213,10 @@ class Dropbox:
         except OSError as exc:
             raise _store_error("create", path, exc) from exc
         try:
-            view = memoryview(body)
-            while view:  # short writes happen (signals, nearly full disks)
-                written = os.write(fd, view)
-                view = view[written:]
+            if isinstance(body, (bytes, bytearray, memoryview)):
+                _write_all(fd, body)
+            else:
+                _copy_file(body.fileno(), fd)
             if durable:
                 os.fsync(fd)
         except OSError as exc:
@@ -278,8 +280,8 @@ class Dropbox:
         raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
-    def read(self, state: State, name: str) -> bytes:
-        """Read a message body.  Symlinks, FIFOs, directories and other non-regular
+    def _open_regular(self, state: State, name: str) -> tuple[int, os.stat_result]:
+        """An fd of a message file.  Symlinks, FIFOs, directories and other non-regular
         files raise NotARegularFile (they are quarantined, never delivered)."""
         path = self.file(state, name)
         try:
@@ -292,6 +294,22 @@ class Dropbox:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise NotARegularFile(path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+    def open_body(self, state: State, name: str) -> BinaryIO:
+        """A message body as an open binary file, to stream a large body instead of reading
+        it whole.  The file stays readable after the message moves on (same inode)."""
+        fd, _ = self._open_regular(state, name)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def read(self, state: State, name: str) -> bytes:
+        """Read a message body (NotARegularFile: see open_body)."""
+        fd, st = self._open_regular(state, name)
+        try:
             chunks = []
             want = max(st.st_size + 1, 65536)
             while True:
@@ -339,6 +357,24 @@ class Dropbox:
             except FileNotFoundError:
                 continue
         return False
+
+
+_COPY_CHUNK = 1 << 20
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:  # short writes happen (signals, nearly full disks)
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _copy_file(src: int, dst: int) -> None:
+    """Copy a regular file from offset 0 (pread: the source's own offset is untouched)."""
+    offset = 0
+    while chunk := os.pread(src, _COPY_CHUNK, offset):
+        _write_all(dst, chunk)
+        offset += len(chunk)
 
 
 class NotARegularFile(OSError):
