@@ -16,6 +16,7 @@ from pathlib import Path
 from . import codec
 from .errors import InvalidClientIDError
 from .message import validate_name
+from .store import NotARegularFile, open_regular
 
 
 def clients_dir(root: Path) -> Path:
@@ -39,7 +40,11 @@ class Registration:
         self.path = registration_path(root, client_id)
         os.makedirs(self.path.parent, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
+            except NotARegularFile:
+                raise InvalidClientIDError(
+                    f"cannot register client id {client_id!r}: {self.path} is not a regular file") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -88,9 +93,9 @@ def liveness(root: Path, client_id: str) -> str:
     a foreign or 1.2 client, which recovery leaves alone unless told otherwise)."""
     path = registration_path(root, client_id)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return "unknown"
+        fd = open_regular(path)
+    except (FileNotFoundError, NotARegularFile):
+        return "unknown"  # a FIFO or symlink is no registration of ours
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -98,6 +103,16 @@ def liveness(root: Path, client_id: str) -> str:
     finally:
         os.close(fd)
     return "dead"
+
+
+def live_clients(root: Path) -> list[str]:
+    """Every client id whose registration is held right now."""
+    try:
+        names = os.listdir(clients_dir(root))
+    except FileNotFoundError:
+        return []
+    ids = [codec.decode_field(n) for n in names if not n.startswith(".")]
+    return [c for c in ids if liveness(root, c) == "alive"]
 
 
 def is_dead(root: Path, client_id: str, assume_unknown_dead: bool = False) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,13 @@ class _RootLock:
     def __init__(self, root: Path):
         path = Path(root) / layout.INTERNAL / "recovery.lock"
         os.makedirs(path.parent, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                os.close(self.fd)
+                raise StoreError(f"{path} is not a regular file: remove it to let recovery run")
+        except OSError as exc:
+            raise StoreError(f"cannot lock {path}: {exc.strerror or exc}") from exc
 
     def __enter__(self) -> "_RootLock":
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -98,6 +105,8 @@ def recover(
                     live_names.update(e.name for e in read_log(path) if e.kind == "send")
                 except FileNotFoundError:
                     pass  # the live owner committed or rolled back since the listing
+                except (OSError, StoreError) as exc:  # not a log of ours (FIFO, foreign shape)
+                    report.errors.append(f"{path}: {exc}")
         from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
 
         report.xa_in_doubt = [str(x) for x in xa.recover(root)]

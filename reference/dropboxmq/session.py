@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import codec, layout, topics
-from .clients import Registration, is_dead
+from .clients import Registration, is_dead, live_clients
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -863,7 +863,8 @@ class MessageConsumer:
             box.move(Move.EXPIRE, State.NEW, name)
             return None
         count = header.delivery_count
-        pname = codec.processing_name(self.session.connection.client_id, codec.with_delivery_count(name, count))
+        claimed = codec.with_delivery_count(name, count)  # the name it returns under, if redelivered
+        pname = codec.processing_name(self.session.connection.client_id, claimed)
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
@@ -887,21 +888,21 @@ class MessageConsumer:
             except StoreError:
                 # Not left in processing/: after a clean close() nobody would reclaim it
                 # (stress faults case: EIO on the read, then on the rename into error/).
-                box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
+                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
                 raise
             return None
         header.body = body
         header.destination = self.destination
         header.properties[DELIVERY_COUNT_PROP] = Property("I", count)
         header._session = self.session  # type: ignore[attr-defined]
-        _, original = codec.split_processing_name(pname)
-        return Delivery(box, pname, original, header)
+        return Delivery(box, pname, claimed, header)
 
 
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
     """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
     moved = 0
     verdicts: dict[str, bool] = {}
+    live: list[str] | None = None
     for pname in box.list(State.DELIVERED):
         client, original = codec.split_processing_name(pname)
         if client is None:
@@ -912,6 +913,9 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
                 if verdicts[client]:
                     recover_owner(root, client)  # its committing/ log ACKs, the rest come back
             dead = verdicts[client]
+            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
+                live = live_clients(root) if live is None else live
+                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
         if dead:
             try:
                 if box.drop_interrupted_link(State.DELIVERED, pname):

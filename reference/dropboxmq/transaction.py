@@ -19,6 +19,7 @@ Applying a move twice is harmless: a move whose source is gone returns False
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,10 @@ from typing import Iterator
 
 from . import codec
 from .lifecycle import Move, State
-from .store import Dropbox, _fsync_dir, sync_file_system, sync_many
+from .errors import StoreError
+from .store import Dropbox, NotARegularFile, _fsync_dir, read_regular_file, sync_file_system, sync_many
+
+log = logging.getLogger(__name__)
 
 ASSOCIATED, COMMITTING, ROLLING_BACK = "associated", "committing", "rolling-back"
 LOG_DIRS = (ASSOCIATED, COMMITTING, ROLLING_BACK, "committed", "rolled-back")
@@ -39,12 +43,35 @@ class LogEntry:
     name: str  # working/ name (send) or processing/ name (receive)
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name}, ensure_ascii=False)
+        # ASCII escapes: a name with an undecodable byte (a surrogate) survives the round trip
+        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name})
 
     @classmethod
     def from_json(cls, line: str) -> "LogEntry":
+        """KeyError/ValueError for a torn line; CorruptLogError for a whole line that is no
+        entry of ours, or that names a path outside the root."""
         d = json.loads(line)
-        return cls(d["kind"], d["box"], d["name"])
+        if not isinstance(d, dict):
+            raise CorruptLogError(f"log line {line[:80]!r} is not an object")
+        entry = cls(d["kind"], d["box"], d["name"])
+        if entry.kind not in ("send", "receive") or not _is_inside(entry.box) or not _is_file_name(entry.name):
+            raise CorruptLogError(f"log entry {line[:120]!r} is not a send or receive inside the root")
+        return entry
+
+
+class CorruptLogError(StoreError):
+    """A transaction log that this library did not write (wrong shape, a path leaving the root)."""
+
+
+def _is_inside(rel: object) -> bool:
+    """A relative path with no ``..``, ``.`` or empty component: it stays below the root."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
+def _is_file_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def transaction_dir(root: Path) -> Path:
@@ -121,7 +148,12 @@ class TransactionLog:
 def _box(root: Path, rel: str, boxes: dict[str, Dropbox]) -> Dropbox:
     box = boxes.get(rel)
     if box is None:  # one Dropbox per directory, not one per entry
-        box = boxes[rel] = Dropbox(Path(root) / rel)
+        path = Path(root) / rel
+        # confined: no symlink on the way may lead out of the root
+        real_root = os.path.realpath(root)
+        if not _is_inside(rel) or not os.path.realpath(path).startswith(real_root + os.sep):
+            raise CorruptLogError(f"transaction log names {rel!r}, which is outside the root")
+        box = boxes[rel] = Dropbox(path)
     return box
 
 
@@ -152,15 +184,19 @@ def roll_back(root: Path, entries: list[LogEntry]) -> None:
 
 
 def read_log(path: Path) -> list[LogEntry]:
+    """The entries of a log (a regular file: a FIFO or symlink raises NotARegularFile).
+    CorruptLogError for a log this library did not write."""
     entries = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    entries.append(LogEntry.from_json(line))
-                except (ValueError, KeyError):
-                    break  # a torn last line: the op it describes never happened
+    text = read_regular_file(path).decode("utf-8", "surrogateescape")
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            try:
+                entries.append(LogEntry.from_json(line))
+            except CorruptLogError:
+                raise
+            except (ValueError, KeyError, TypeError):
+                break  # a torn last line: the op it describes never happened
     return entries
 
 
@@ -202,6 +238,10 @@ def recover_owner(root: Path, client_id: str) -> int:
     n = 0
     for where, path in list(pending_logs(root)):
         if log_owner(path.name) == client_id:
-            recover_log(root, where, path)
+            try:
+                recover_log(root, where, path)
+            except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
+                log.warning("transaction log %s left alone: %s", path, exc)
+                continue
             n += 1
     return n
