@@ -177,6 +177,7 @@ from .message import (
     Queue,
     Topic,
     coerce,
+    name_bytes,
 )
 
 __all__ = [
@@ -769,10 +770,8 @@ def with_delivery_count(name: str, count: int) -> str:
 
 
 def _name_bytes(s: str) -> int:
-    try:
-        return len(s.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:
-        return len(s.encode("utf-8", "surrogatepass"))
+    size = name_bytes(s)
+    return len(s.encode("utf-8", "surrogatepass")) if size is None else size
 
 
 def processing_name(client_id: str, name: str) -> str:

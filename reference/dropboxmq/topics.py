@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
-from .message import Message, Topic
+from .message import Message, Topic, name_bytes
 from .store import Dropbox, NotARegularFile, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -255,9 +255,14 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
         raise JMSException("a subscription name is required")
     client = None if kind in (SHARED_DURABLE, SHARED_NON_DURABLE) and conn.client_id_generated else conn.client_id
     info = SubscriptionInfo(kind, name, client, topic.name, selector, no_local)
+    sub_id = info.sub_id()
+    if name_bytes(sub_id) > codec.MAX_NAME_BYTES:  # sub_id() allows only undecodable bytes
+        raise InvalidDestinationError(
+            f"subscription name {name!r} is too long: its directory name would be {name_bytes(sub_id)} bytes, "
+            f"over the {codec.MAX_NAME_BYTES}-byte limit")
     subs_dir = layout.subscriptions_dir(root, topic)
     os.makedirs(subs_dir, exist_ok=True)
-    path = subs_dir / info.sub_id()
+    path = subs_dir / sub_id
 
     if kind in (DURABLE, SHARED_DURABLE):
         for other in find_by_name(root, name, client):
