@@ -8,15 +8,16 @@ held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
 from pathlib import Path
 
 from . import codec
-from .errors import InvalidClientIDError
+from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
-from .store import NotARegularFile, open_regular
+from .store import NotARegularFile, ensure_dir, open_regular
 
 
 def clients_dir(root: Path) -> Path:
@@ -38,13 +39,15 @@ class Registration:
         self.client_id = client_id
         self.root = Path(root)
         self.path = registration_path(root, client_id)
-        os.makedirs(self.path.parent, exist_ok=True)
         while True:
             try:
+                ensure_dir(self.path.parent)
                 fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
             except NotARegularFile:
                 raise InvalidClientIDError(
                     f"cannot register client id {client_id!r}: {self.path} is not a regular file") from None
+            except OSError as exc:
+                raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -57,6 +60,11 @@ class Registration:
             try:
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
+                same = False
+            if same and os.fstat(fd).st_nlink > 1:
+                # a hard link to some other file: truncating it would change that file
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
                 same = False
             if same:
                 break

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import layout
 from .clients import is_dead
+from .store import ensure_dir
 from .errors import StoreError
 from .lifecycle import Move, State
 from .session import from_wire, now_ms, reclaim_dead_owners
@@ -59,7 +60,7 @@ class RecoveryReport:
 class _RootLock:
     def __init__(self, root: Path):
         path = Path(root) / layout.INTERNAL / "recovery.lock"
-        os.makedirs(path.parent, exist_ok=True)
+        ensure_dir(path.parent)
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
             if not stat.S_ISREG(os.fstat(self.fd).st_mode):
@@ -109,7 +110,10 @@ def recover(
                     report.errors.append(f"{path}: {exc}")
         from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
 
-        report.xa_in_doubt = [str(x) for x in xa.recover(root)]
+        try:
+            report.xa_in_doubt = [str(x) for x in xa.recover(root)]
+        except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
+            report.errors.append(f"xa: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         now = now_ms()

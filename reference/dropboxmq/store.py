@@ -147,7 +147,7 @@ class Dropbox:
     # --- layout
     def ensure(self) -> "Dropbox":
         for d in STATE_DIRS:
-            os.makedirs(self.path / d, exist_ok=True)
+            ensure_dir(self.path / d)
         return self
 
     def exists(self) -> bool:
@@ -379,6 +379,17 @@ def _whole_chars(raw: bytes) -> bytes:
             need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
             return raw if need <= back else raw[:-back]
     return raw
+
+
+def ensure_dir(path: str | Path) -> None:
+    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
+    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        why = "something that is not a directory is in the way" if isinstance(
+            exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
+        raise StoreError(f"cannot create the directory {path}: {why}") from None
 
 
 def is_real_dir(path: str | Path) -> bool:

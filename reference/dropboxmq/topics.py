@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import codec, layout
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
-from .store import Dropbox, NotARegularFile, is_real_dir, open_regular, read_regular_file
+from .store import Dropbox, NotARegularFile, ensure_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Connection
@@ -162,7 +162,7 @@ class Subscription:
 
     def attach(self, exclusive: bool) -> "Attachment":
         """Register an active consumer; ``exclusive``: fail if any other is active."""
-        os.makedirs(self.path / CONSUMERS, exist_ok=True)
+        ensure_dir(self.path / CONSUMERS)
         lock = Attachment(self.path / CONSUMERS / uuid.uuid4().hex)
         if exclusive and self.active_consumers() > 1:
             lock.release()
@@ -261,7 +261,7 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
             f"subscription name {name!r} is too long: its directory name would be {name_bytes(sub_id)} bytes, "
             f"over the {codec.MAX_NAME_BYTES}-byte limit")
     subs_dir = layout.subscriptions_dir(root, topic)
-    os.makedirs(subs_dir, exist_ok=True)
+    ensure_dir(subs_dir)
     path = subs_dir / sub_id
 
     if kind in (DURABLE, SHARED_DURABLE):

@@ -28,7 +28,7 @@ from typing import Iterator
 from . import codec
 from .lifecycle import Move, State
 from .errors import StoreError
-from .store import Dropbox, NotARegularFile, _fsync_dir, read_regular_file, sync_file_system, sync_many
+from .store import Dropbox, NotARegularFile, _fsync_dir, ensure_dir, read_regular_file, sync_file_system, sync_many
 
 log = logging.getLogger(__name__)
 
@@ -54,23 +54,23 @@ class LogEntry:
         if not isinstance(d, dict):
             raise CorruptLogError(f"log line {line[:80]!r} is not an object")
         entry = cls(d["kind"], d["box"], d["name"])
-        if entry.kind not in ("send", "receive") or not _is_inside(entry.box) or not _is_file_name(entry.name):
+        if entry.kind not in ("send", "receive") or not is_inside(entry.box) or not is_file_name(entry.name):
             raise CorruptLogError(f"log entry {line[:120]!r} is not a send or receive inside the root")
         return entry
 
 
-class CorruptLogError(StoreError):
+class CorruptLogError(StoreError, ValueError):
     """A transaction log that this library did not write (wrong shape, a path leaving the root)."""
 
 
-def _is_inside(rel: object) -> bool:
+def is_inside(rel: object) -> bool:
     """A relative path with no ``..``, ``.`` or empty component: it stays below the root."""
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
         return False
     return all(part not in ("", ".", "..") for part in rel.split("/"))
 
 
-def _is_file_name(name: object) -> bool:
+def is_file_name(name: object) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
@@ -80,7 +80,7 @@ def transaction_dir(root: Path) -> Path:
 
 def ensure_layout(root: Path) -> None:
     for d in LOG_DIRS:
-        os.makedirs(transaction_dir(root) / d, exist_ok=True)
+        ensure_dir(transaction_dir(root) / d)
 
 
 def log_owner(log_name: str) -> str:
@@ -145,15 +145,19 @@ class TransactionLog:
         os.unlink(self._path(ROLLING_BACK))
 
 
+def box_in_root(root: Path, rel: str) -> Dropbox:
+    """The dropbox a log names by its path relative to the root; CorruptLogError if that
+    path leaves the root, by ``..`` or through a symlink."""
+    path = Path(root) / rel
+    if not is_inside(rel) or not os.path.realpath(path).startswith(os.path.realpath(root) + os.sep):
+        raise CorruptLogError(f"transaction log names {rel!r}, which is outside the root")
+    return Dropbox(path)
+
+
 def _box(root: Path, rel: str, boxes: dict[str, Dropbox]) -> Dropbox:
     box = boxes.get(rel)
     if box is None:  # one Dropbox per directory, not one per entry
-        path = Path(root) / rel
-        # confined: no symlink on the way may lead out of the root
-        real_root = os.path.realpath(root)
-        if not _is_inside(rel) or not os.path.realpath(path).startswith(real_root + os.sep):
-            raise CorruptLogError(f"transaction log names {rel!r}, which is outside the root")
-        box = boxes[rel] = Dropbox(path)
+        box = boxes[rel] = box_in_root(root, rel)
     return box
 
 
