@@ -326,3 +326,16 @@ def test_also_a_5000_digit_integer_is_an_invalid_selector():
     with pytest.raises(InvalidSelectorError, match="out of the range of long"):
         parse("a = 0x" + "f" * 5000)
     assert parse("a = 0000000000000000000000000000007").matches_values({"a": 7})
+
+
+def test_5_a_dead_owners_long_message_name_is_still_reclaimed(root):
+    """The bare-claim doubt is only for names that are no message name after the '~'."""
+    name = "4.1795380000000000-1." + "x" * 200
+    Dropbox(root / "q" / "incoming").ensure()
+    dead_client(root, "ghost")
+    pname = codec.processing_name("ghost", codec.with_delivery_count(name, 1))
+    assert pname.startswith("ghost~")
+    (root / "q" / "incoming" / "processing" / pname).write_bytes(b"held by the dead")
+    with Connection(root, client_id="a-live-client-with-a-long-id-" + "z" * 30, settings=FAST):
+        recover(root)
+    assert ls(root, "q", "target") == [codec.with_delivery_count(name, 1)]

@@ -796,7 +796,11 @@ def split_processing_name(pname: str) -> tuple[str | None, str]:
 
 def may_be_bare_claim_of(client_id: str, pname: str) -> bool:
     """Could ``pname`` be ``client_id``'s claim of a name too long for its prefix (kept
-    bare, as 1.2 does)?  Then a ``~`` in it does not prove another owner."""
+    bare, as 1.2 does)?  Then a ``~`` in it does not prove another owner -- unless what
+    follows the ``~`` is a message name and the whole is none (a prefix, then)."""
+    rest = pname.partition("~")[2]
+    if _split_name(rest) is not None and _split_name(pname) is None:
+        return False
     return _name_bytes(encode_field(client_id)) + 1 + _name_bytes(pname) > MAX_NAME_BYTES
 
 

@@ -187,7 +187,7 @@ class Attachment:
 
     def __init__(self, path: Path):
         self.path = path
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.fd: int | None = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
 
     def release(self) -> None:

@@ -108,9 +108,9 @@ class TransactionLog:
             rel = self._rel[key] = os.path.relpath(key, self.root)
         entry = LogEntry(kind, rel, name)
         if self._fd is None:
-            self._fd = os.open(
-                self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
+            # a new log (the session tag is random): whatever already has its name is not ours
+            self._fd = os.open(self._path(ASSOCIATED),
+                               os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
 
@@ -210,8 +210,8 @@ def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
         d = transaction_dir(root) / where
         try:
             names = sorted(os.listdir(d))
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # a file where the directory belongs holds no log of ours
         for name in names:
             yield where, d / name
 
