@@ -17,7 +17,7 @@ from pathlib import Path
 from . import codec
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
-from .store import NotARegularFile, ensure_dir, open_regular
+from .store import NotARegularFile, ensure_plain_dir, open_regular
 
 
 def clients_dir(root: Path) -> Path:
@@ -41,7 +41,7 @@ class Registration:
         self.path = registration_path(root, client_id)
         while True:
             try:
-                ensure_dir(self.path.parent)
+                ensure_plain_dir(self.root, self.path.parent)
                 fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
             except NotARegularFile:
                 raise InvalidClientIDError(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import layout
 from .clients import is_dead
-from .store import ensure_dir
+from .store import ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
 from .session import from_wire, now_ms, reclaim_dead_owners
@@ -60,7 +60,7 @@ class RecoveryReport:
 class _RootLock:
     def __init__(self, root: Path):
         path = Path(root) / layout.INTERNAL / "recovery.lock"
-        ensure_dir(path.parent)
+        ensure_plain_dir(root, path.parent)
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
             if not stat.S_ISREG(os.fstat(self.fd).st_mode):

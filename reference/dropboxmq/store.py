@@ -392,6 +392,22 @@ def ensure_dir(path: str | Path) -> None:
         raise StoreError(f"cannot create the directory {path}: {why}") from None
 
 
+def is_plain_path(root: str | Path, path: str | Path) -> bool:
+    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
+    where the layout says (a symlinked internal directory could lead out of the root, or
+    make rolling-back/ the committing/ directory)."""
+    real_root = os.path.realpath(root)
+    return os.path.realpath(path) == os.path.join(real_root, os.path.relpath(path, root))
+
+
+def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
+    """:func:`ensure_dir`, then StoreError unless the directory is plainly inside ``root``."""
+    ensure_dir(path)
+    if not is_plain_path(root, path):
+        raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
+                         "only in plain directories of the root")
+
+
 def is_real_dir(path: str | Path) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

@@ -28,7 +28,7 @@ from typing import Iterator
 from . import codec
 from .lifecycle import Move, State
 from .errors import StoreError
-from .store import Dropbox, NotARegularFile, _fsync_dir, ensure_dir, read_regular_file, sync_file_system, sync_many
+from .store import Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, read_regular_file, sync_file_system, sync_many
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def transaction_dir(root: Path) -> Path:
 
 def ensure_layout(root: Path) -> None:
     for d in LOG_DIRS:
-        ensure_dir(transaction_dir(root) / d)
+        ensure_plain_dir(root, transaction_dir(root) / d)
 
 
 def log_owner(log_name: str) -> str:
@@ -147,9 +147,9 @@ class TransactionLog:
 
 def box_in_root(root: Path, rel: str) -> Dropbox:
     """The dropbox a log names by its path relative to the root; CorruptLogError if that
-    path leaves the root, by ``..`` or through a symlink."""
+    path leaves the root by ``..`` or goes through a symlink."""
     path = Path(root) / rel
-    if not is_inside(rel) or not os.path.realpath(path).startswith(os.path.realpath(root) + os.sep):
+    if not is_inside(rel) or not is_plain_path(root, path):
         raise CorruptLogError(f"transaction log names {rel!r}, which is outside the root")
     return Dropbox(path)
 
@@ -208,6 +208,8 @@ def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
     """(directory, path) of every log still on disk."""
     for where in (COMMITTING, ASSOCIATED, ROLLING_BACK):
         d = transaction_dir(root) / where
+        if not is_plain_path(root, d):
+            continue  # a symlinked log directory holds no log of ours: never follow it
         try:
             names = sorted(os.listdir(d))
         except (FileNotFoundError, NotADirectoryError):

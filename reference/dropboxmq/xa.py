@@ -80,7 +80,7 @@ from .clients import is_dead, registration_path
 from .errors import DropboxMQError, IllegalStateError
 from .lifecycle import Move, State
 from .session import AckMode, Session
-from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, _fsync_dir, ensure_dir, read_regular_file, rename_noreplace
+from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, read_regular_file, rename_noreplace
 from .transaction import ASSOCIATED, CorruptLogError, box_in_root, is_file_name, is_inside, transaction_dir
 
 
@@ -265,7 +265,7 @@ def xa_dir(root: Path, where: str) -> Path:
 
 def ensure_xa_layout(root: Path) -> None:
     for d in XA_DIRS:
-        ensure_dir(xa_dir(root, d))
+        ensure_plain_dir(root, xa_dir(root, d))
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -491,9 +491,11 @@ def _sweep_staging_leftovers(root: Path, age: float = 3600.0) -> None:
 
 def _logs(root: Path, where: str) -> list[Path]:
     d = xa_dir(root, where)
+    if not is_plain_path(root, d):
+        return []  # a symlinked log directory holds no log of ours
     try:
         return [d / n for n in sorted(os.listdir(d)) if n.startswith(LOG_PREFIX)]
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 
