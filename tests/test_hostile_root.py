@@ -339,3 +339,47 @@ def test_5_a_dead_owners_long_message_name_is_still_reclaimed(root):
     with Connection(root, client_id="a-live-client-with-a-long-id-" + "z" * 30, settings=FAST):
         recover(root)
     assert ls(root, "q", "target") == [codec.with_delivery_count(name, 1)]
+
+
+# ---------------------------------------------------------------- found by the fuzzer
+
+
+def test_fuzz_a_symlinked_log_directory_is_never_followed(tmp_path):
+    """rolling-back/ as a symlink out of the root: recover took the files there for dead
+    owners' logs and deleted them."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    send(root, "q")
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"do not touch")
+    rolling_back = root / "dropboxmq" / "transaction" / "rolling-back"
+    rolling_back.rmdir()
+    os.symlink(outside, rolling_back)
+    recover(root, assume_unknown_dead=True)
+    assert (outside / "secret").read_bytes() == b"do not touch"
+    with pytest.raises(DropboxMQError, match="symlink"):
+        Connection(root)
+
+
+def test_fuzz_a_hard_linked_registration_never_changes_the_other_file(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    send(root, "q")
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"do not touch")
+    os.link(outside / "secret", root / "dropboxmq" / "clients" / "c")
+    with Connection(root, client_id="c", settings=FAST):
+        pass
+    assert (outside / "secret").read_bytes() == b"do not touch"
+
+
+def test_fuzz_a_file_where_an_internal_directory_belongs_is_one_clear_error(root):
+    send(root, "q")
+    clients = root / "dropboxmq" / "clients"
+    for entry in clients.iterdir():
+        entry.unlink()
+    clients.rmdir()
+    clients.write_bytes(b"not a directory")
+    with pytest.raises(DropboxMQError, match="not a directory"):
+        Connection(root)
+    (root / "dropboxmq" / "transaction" / "committing").rmdir()
+    (root / "dropboxmq" / "transaction" / "committing").write_bytes(b"")
+    recover(root)  # finishes: a file where a log directory belongs holds no log
