@@ -383,3 +383,12 @@ def test_fuzz_a_file_where_an_internal_directory_belongs_is_one_clear_error(root
     (root / "dropboxmq" / "transaction" / "committing").rmdir()
     (root / "dropboxmq" / "transaction" / "committing").write_bytes(b"")
     recover(root)  # finishes: a file where a log directory belongs holds no log
+
+
+def test_fuzz_a_log_named_after_no_possible_client_is_left_alone(root):
+    send(root, "q")
+    name = "4." + "é" * 126 + "x"  # its "owner" encodes to over 255 bytes
+    (root / "dropboxmq" / "transaction" / "associated" / name).write_bytes(b"junk")
+    recover(root)
+    with Connection(root, settings=FAST) as conn:
+        assert conn.create_session().create_consumer(Queue("q")).receive(timeout=5) is not None

@@ -9,6 +9,7 @@ held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -104,6 +105,10 @@ def liveness(root: Path, client_id: str) -> str:
         fd = open_regular(path)
     except (FileNotFoundError, NotARegularFile):
         return "unknown"  # a FIFO or symlink is no registration of ours
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "unknown"  # a foreign name's "owner" that no registration can be named after
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
