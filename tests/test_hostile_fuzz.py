@@ -82,7 +82,8 @@ KINDS = ("fifo", "socket", "symlink-in", "symlink-out", "symlink-out-dir", "dir"
 plants = st.lists(st.tuples(st.sampled_from(PLACES), names, st.sampled_from(KINDS), st.sampled_from(JSONS),
                             st.binary(max_size=64)), min_size=1, max_size=10)
 #: whole-directory replacements: a state or internal directory that is a symlink out, or a file
-REPLACEABLE = ("h/incoming/target", "h/incoming/working", "h/incoming/processing",
+REPLACEABLE = ("h/incoming/target", "h/incoming/working", "h/incoming/processing", "q/incoming/processed",
+               "q/incoming/error", "topic-root/t/.subscriptions/s.c/processed", "dropboxmq/transaction/committing",
                "topic-root/t/.subscriptions/s.c/.subscription", "topic-root/t/.subscriptions/s.c/.consumers",
                "dropboxmq/transaction/rolling-back", "dropboxmq/transaction/unassociated",
                "dropboxmq/clients")

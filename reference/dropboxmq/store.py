@@ -140,6 +140,21 @@ class Dropbox:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
+        self._plain: set[State] = set()  # state directories seen to be no symlink
+
+    def _check_plain(self, state: State) -> None:
+        """Before the first write into a state directory: a symlink there (or for the
+        dropbox itself) could lead out of the root, so nothing is written through it."""
+        if state in self._plain:
+            return
+        for path in (self.path, self._dirs[state]):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    raise StoreError(f"{path} is a symlink or no directory: the library neither reads "
+                                     "nor writes through it")
+            except FileNotFoundError:
+                return  # not there (yet): the move itself says so
+        self._plain.add(state)
 
     def __repr__(self) -> str:
         return f"Dropbox({str(self.path)!r})"
@@ -195,6 +210,7 @@ class Dropbox:
         if len(os.fsencode(name)) > MAX_NAME_BYTES:
             raise StoreError(f"file name is {len(os.fsencode(name))} bytes, over the {MAX_NAME_BYTES}-byte limit")
         path = self.file(State.NOT_COMMITTED, name)
+        self._check_plain(State.NOT_COMMITTED)
         try:
             fd = os.open(path, _O_CREATE, 0o644)
         except OSError as exc:
@@ -231,6 +247,7 @@ class Dropbox:
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
         src = self.file(source, name)
+        self._check_plain(source)
         if destination is State.ABSENT:
             try:
                 os.unlink(src)
@@ -240,6 +257,7 @@ class Dropbox:
                 raise _store_error("delete", src, exc) from exc
             return True
         dst = self.file(destination, new_name or name)
+        self._check_plain(destination)
         try:
             rename_noreplace(src, dst)
         except FileNotFoundError:
