@@ -32,11 +32,11 @@ WORKER = Path(__file__).with_name("hostile_worker.py")
 #: every verb and entry point together finish in a few seconds; more than this is a hang
 BOUND = 120
 
-settings.register_profile("short", max_examples=12, deadline=None, derandomize=True, database=None,
+settings.register_profile("hostile-short", max_examples=12, deadline=None, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
-settings.register_profile("long", max_examples=400, deadline=None, database=None,
+settings.register_profile("hostile-long", max_examples=400, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck))
-PROFILE = os.environ.get("DROPBOXMQ_FUZZ_PROFILE", "short")
+PROFILE = "hostile-" + os.environ.get("DROPBOXMQ_FUZZ_PROFILE", "short")
 
 STATES = ("working", "target", "processing", "processed", "expired", "error")
 #: every directory a hostile entry may appear in ("" = the root itself)

@@ -28,7 +28,8 @@ from typing import Iterator
 from . import codec
 from .lifecycle import Move, State
 from .errors import StoreError
-from .store import Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, read_regular_file, sync_file_system, sync_many
+from .store import (Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, open_regular,
+                    read_regular_file, sync_file_system, sync_many)
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,7 @@ class TransactionLog:
             rel = self._rel[key] = os.path.relpath(key, self.root)
         entry = LogEntry(kind, rel, name)
         if self._fd is None:
-            # a new log (the session tag is random): whatever already has its name is not ours
-            self._fd = os.open(self._path(ASSOCIATED),
-                               os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self._fd = open_regular(self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
 
