@@ -8,7 +8,7 @@ import os
 import pytest
 
 from dropboxmq import store
-from dropboxmq.errors import StoreError
+from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.session import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, Connection
@@ -267,15 +267,16 @@ def test_enospc_on_transacted_commit_keeps_messages(root, monkeypatch):
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(1) is not None
         monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
-        with pytest.raises(StoreError, match="no space"):
+        with pytest.raises(TransactionInDoubtError, match="no space"):  # past the point of no return
             s.commit()
         monkeypatch.undo()
         assert len(ls(root, "Q1", "processing")) + len(ls(root, "Q1", "processed")) == 1
 
 
 def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root, monkeypatch):
-    """ENOSPC while applying a commit: the log stays in committing/; once the owner's
-    connection is gone (even closed cleanly), recovery rolls it forward."""
+    """ENOSPC while applying a commit: the log stays in committing/ (the commit reports it in
+    doubt); once the owner's connection is gone (even closed cleanly, its own last try failing
+    too), recovery rolls it forward."""
     from dropboxmq import recovery, transaction
 
     with Connection(root, "a", FAST) as c:
@@ -284,10 +285,10 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
         assert s.create_consumer(Q).receive(1) is not None
         s.create_producer(Q).send(TextMessage(body=b"sent"))
         monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
-        with pytest.raises(StoreError, match="no space"):
+        with pytest.raises(TransactionInDoubtError, match="no space"):
             s.commit()
-        monkeypatch.undo()
         assert len(os.listdir(transaction.transaction_dir(root) / "committing")) == 1
+    monkeypatch.undo()
     report = recovery.recover(root)
     assert report.transactions == {"rolled forward": 1}
     assert len(ls(root, "Q1", "processed")) == 1 and ls(root, "Q1", "processing") == []

@@ -250,7 +250,8 @@ print(json.dumps({{k: r[k] for k in ("valid", "trials-run", "call-sites", "libfi
     assert r["lost-count"] == 0 and r["unexpected-count"] == 0, r["invalid"]
     assert r["valid"], r["invalid"]
     sites = r["call-sites"]["send/renameat2"]
-    assert [s.split(":")[1] for s in sites] == ["open", "write", "fsync", "renameat2", "open", "fsync"]
+    # working/'s lock (held from CREATE to SEND), then the file, the rename and target/
+    assert [s.split(":")[1] for s in sites] == ["open", "open", "write", "fsync", "renameat2", "open", "fsync"]
     assert r["trials-run"] >= 2 * len(sites)
     if os.path.exists(faults.PRELOAD):
         assert r["libfiu"]

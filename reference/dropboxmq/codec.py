@@ -769,6 +769,20 @@ def with_delivery_count(name: str, count: int) -> str:
     return result
 
 
+def without_delivery_count(name: str) -> str:
+    """``name`` without its ``JMSXDeliveryCount`` pair (and the empty fields that carried only
+    it): the name of a first delivery.  An unparseable name is returned unchanged."""
+    parsed = _split_name(name)
+    if parsed is None or len(parsed[1]) < 8:
+        return name
+    fields = parsed[1]
+    fields[7] = "&".join(pair for pair in fields[7].split("&") if pair and not (
+        "=" in pair and decode_field(pair.partition("=")[0])[:-1] == DELIVERY_COUNT))
+    while len(fields) > 3 and not fields[-1]:
+        fields.pop()
+    return ".".join(fields)
+
+
 def _name_bytes(s: str) -> int:
     size = name_bytes(s)
     return len(s.encode("utf-8", "surrogatepass")) if size is None else size

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import layout, topics
+from . import codec, layout, topics
 from .message import DeliveryMode, Topic
 from .session import Connection, MessageConsumer, Settings, _create_copy
 
@@ -47,9 +47,11 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                 msg = d.message
                 msg.delivery_mode = DeliveryMode.PERSISTENT
                 targets = topics.fan_out_targets(conn.root, topic, msg, None)
+                # the claim wrote this delivery's count into the name: a copy is a first delivery
+                copy_name = codec.without_delivery_count(d.original_name)
                 for target in targets:
-                    session._tx_log().record("send", target, d.original_name)
-                    _create_copy(target, d.original_name, msg, topic_copy=True, durable=False)
+                    session._tx_log().record("send", target, copy_name)
+                    _create_copy(target, copy_name, msg, topic_copy=True, durable=False)
                 session.commit()
                 done += 1
                 if on_file is not None:

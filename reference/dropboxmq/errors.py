@@ -39,6 +39,14 @@ class TransactionRolledBackError(JMSException):
     pass
 
 
+class TransactionInDoubtError(JMSException):
+    """A commit passed its point of no return (its log reached ``committing/``) but could not
+    apply every move (disk full, I/O error, a dropbox removed underneath).  The transaction is
+    committed, not failed: recovery rolls it forward (the same client id reconnecting, any
+    consumer of an affected dropbox once this connection is gone, or ``dropboxmq recover``).
+    Do not send again: that would duplicate it."""
+
+
 class NameTooLongError(MessageFormatError):
     """The encoded file name would exceed 255 bytes."""
 

@@ -6,8 +6,8 @@ processing/ sweep could REDELIVER them):
 1. transaction logs of dead owners: committing/ rolled forward, the rest back;
 2. processing/ entries of dead owners: REDELIVER (they come back redelivered,
    because the claim wrote the delivery count into the name);
-3. orphaned working/ files older than ``orphan_age`` and not named by a live
-   owner's log: QUARANTINE to error/ (or DISCARD);
+3. orphaned working/ files older than ``orphan_age``, named by no transaction log
+   and not held by a producer (working/'s lock): QUARANTINE to error/ (or DISCARD);
 4. NEW messages whose expiration passed: EXPIRE;
 5. (first, in fact) non-durable subscriptions whose consumers all died: removed.
 
@@ -30,7 +30,7 @@ from .errors import StoreError
 from .lifecycle import Move, State
 from .session import from_wire, now_ms, reclaim_dead_owners
 from .topics import reclaim_orphans
-from .transaction import log_owner, pending_logs, read_log, recover_log
+from .transaction import log_owner, logged_sends, pending_logs, recover_log
 
 
 @dataclass
@@ -91,7 +91,6 @@ def recover(
     root = Path(root)
     report = RecoveryReport()
     with _RootLock(root):
-        live_names: set[str] = set()
         for where, path in list(pending_logs(root)):
             owner = log_owner(path.name)
             if is_dead(root, owner, assume_unknown_dead):
@@ -101,13 +100,6 @@ def recover(
                     report.errors.append(f"{path}: {exc}")
                     continue
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
-            else:
-                try:
-                    live_names.update(e.name for e in read_log(path) if e.kind == "send")
-                except FileNotFoundError:
-                    pass  # the live owner committed or rolled back since the listing
-                except (OSError, StoreError) as exc:  # not a log of ours (FIFO, foreign shape)
-                    report.errors.append(f"{path}: {exc}")
         from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
 
         try:
@@ -119,7 +111,7 @@ def recover(
         now = now_ms()
         for _, box in layout.all_dropboxes(root):
             report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)
-            _sweep_working(box, cutoff, live_names, quarantine_orphans, report)
+            _sweep_working(root, box, cutoff, quarantine_orphans, report)
             if expire:
                 for name in box.list(State.NEW):
                     if from_wire(name, now).is_expired(now):
@@ -130,32 +122,45 @@ def recover(
     return report
 
 
-def _sweep_working(box, cutoff: float, live_names: set[str], quarantine: bool,
-                   report: RecoveryReport) -> None:
-    target_inodes = None
-    for name in box.list(State.NOT_COMMITTED):
-        if name in live_names:
-            continue
-        try:
-            st = box.stat(State.NOT_COMMITTED, name)
-        except FileNotFoundError:
-            continue
-        if target_inodes is None:
-            target_inodes = _inodes(box, State.NEW)
-        try:
-            if st.st_ino in target_inodes:
-                # link()+unlink() fallback interrupted: the message was sent.
-                report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-            elif st.st_mtime < cutoff:
+def _sweep_working(root: Path, box, cutoff: float, quarantine: bool, report: RecoveryReport) -> None:
+    """QUARANTINE (or DISCARD) working/ files older than ``cutoff`` that no producer owns.
+    A producer holds working/'s lock from CREATE to SEND (busy: skipped until next time); a
+    transacted send is named by its log before its file exists, so the logs are read after
+    the listing; a file linked to the same name in target/ was sent by an interrupted
+    link()+unlink() rename."""
+    with box.working_lock(exclusive=True) as free:
+        if not free:
+            return
+        names = box.list(State.NOT_COMMITTED)
+        sent = _linked_names(box, State.NEW) if names else set()
+        old = []
+        for name in names:
+            try:
+                st = box.stat(State.NOT_COMMITTED, name)
+            except FileNotFoundError:
+                continue
+            try:
+                if (st.st_ino, name) in sent:
+                    report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                elif st.st_mtime < cutoff:
+                    old.append(name)
+            except StoreError as exc:
+                report.errors.append(str(exc))
+        logged = logged_sends(root) if old else set()
+        for name in old:
+            if name in logged:
+                continue
+            try:
                 if quarantine:
                     report.orphans_quarantined += box.move(Move.QUARANTINE, State.NOT_COMMITTED, name)
                 else:
                     report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-        except StoreError as exc:
-            report.errors.append(str(exc))
+            except StoreError as exc:
+                report.errors.append(str(exc))
 
 
-def _inodes(box, state: State) -> set[int]:
+def _linked_names(box, state: State) -> set[tuple[int, str]]:
+    """(inode, name) of every file of ``state`` that has more than one link."""
     out = set()
     for name in box.list(state):
         try:
@@ -163,6 +168,5 @@ def _inodes(box, state: State) -> set[int]:
         except FileNotFoundError:
             continue
         if st.st_nlink > 1:
-            out.add(st.st_ino)
+            out.add((st.st_ino, name))
     return out
-

@@ -17,6 +17,7 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import errno
 import functools
@@ -49,7 +50,7 @@ from .message import (
     Topic,
 )
 from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
-from .transaction import TransactionLog, ensure_layout, recover_owner
+from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
 
 log = logging.getLogger("dropboxmq")
 
@@ -156,6 +157,8 @@ class Connection:
         self.client_id = client_id or codec.new_message_id()[3:]
         self._registration = Registration(self.root, self.client_id)
         self.client_id_generated = generated
+        if not generated:
+            self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
         self._sessions: list[Session] = []
         self._closed = False
         self._started = threading.Event()
@@ -191,20 +194,50 @@ class Connection:
             s.close()
         for dest in self._temporary:
             delete_temporary(self.root, dest)
+        self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
         self._registration.release()
         self._closed = True
 
+    def _finish_own_logs(self) -> None:
+        """Finish the transaction logs of this client id that no open session owns: roll
+        committed ones forward, the rest back.  Best effort: what fails stays for recovery."""
+        try:
+            recover_owner(self.root, self.client_id)
+        except (OSError, StoreError) as exc:
+            log.warning("cannot finish the transactions left by client %r: %s", self.client_id, exc)
+
     def _has_pending_work(self, box: Dropbox) -> bool:
-        """Does an open transaction of this connection hold messages of ``box``?"""
+        """Does a session of this connection hold messages of ``box`` in an open transaction or
+        delivered and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
         rel = os.path.relpath(box.path, self.root)
-        return any(s._tx is not None and any(e.box == rel for e in s._tx.entries) for s in self._sessions)
+        for s in list(self._sessions):
+            with s._lock:
+                s._flush_lazy_acks()
+                if s._tx is not None and any(e.box == rel for e in s._tx.entries):
+                    return True
+                if any(d.box.path == box.path for d in s._unacked):
+                    return True
+        return False
 
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("connection is closed")
 
+    def _temporary_boxes(self, dest: Destination, header: Message) -> list[Dropbox]:
+        """A temporary destination lives as long as its connection: once that closed (its
+        directory is gone) a send is an error, and never re-creates the directory."""
+        if isinstance(dest, Queue):
+            box = layout.queue_box(self.root, dest)
+            if box.exists():
+                return [box]
+        elif layout.subscriptions_dir(self.root, dest).is_dir():
+            return topics.fan_out_targets(self.root, dest, header, self.client_id)
+        raise temporary_gone(dest)
+
     def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
+        if topics.temporary_owner(dest.name) is not None:
+            return self._temporary_boxes(dest, header)
         if isinstance(dest, Queue):
             box = self._queue_boxes.get(dest.name)
             if box is None:  # make the directories once per connection, not once per send
@@ -360,6 +393,8 @@ class Session:
         touched = []
         for d in deliveries:
             moved = d.box.move(Move.ACK, State.DELIVERED, d.processing_name)
+            if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
+                continue  # its subscription was removed (by another connection): nothing to ack
             # not moved = acked by an earlier acknowledge() whose sync failed: sync again
             if (moved or self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE) and \
                     d.message.delivery_mode == DeliveryMode.PERSISTENT:
@@ -619,23 +654,40 @@ class MessageProducer:
                         session._tx_log().record("send", box, name)
                         _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False)
                 return
-            created: list[tuple[Dropbox, str, bool]] = []
-            try:
-                for msg, name, boxes in prepared:
-                    durable = msg.delivery_mode == DeliveryMode.PERSISTENT
-                    for box in boxes:
-                        if _create_copy(box, name, msg, isinstance(msg.destination, Topic),
-                                        durable=durable and not group):
-                            created.append((box, name, durable))
-                if group and any(durable for *_, durable in created):
-                    sync_file_system(root)  # every file durable before any rename is
-                for box, name, _ in created:
-                    box.move(Move.SEND, State.NOT_COMMITTED, name)
-            except BaseException:
-                for box, name, _ in created:  # those already SENT are gone from working/: no-op
-                    box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-                raise
-            sync_many((box, State.NEW) for box, _, durable in created if durable)
+            created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
+            with contextlib.ExitStack() as held:
+                for box in {b.path: b for _, _, boxes in prepared for b in boxes}.values():
+                    held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
+                try:
+                    for msg, name, boxes in prepared:
+                        durable = msg.delivery_mode == DeliveryMode.PERSISTENT
+                        topic_copy = isinstance(msg.destination, Topic)
+                        for box in boxes:
+                            if _create_copy(box, name, msg, topic_copy, durable=durable and not group):
+                                created.append((box, name, durable, topic_copy))
+                    if group and any(durable for _, _, durable, _ in created):
+                        sync_file_system(root)  # every file durable before any rename is
+                    for box, name, _, topic_copy in created:
+                        _send_created(box, name, topic_copy)
+                except BaseException:
+                    for box, name, *_ in created:  # those already SENT are gone from working/: no-op
+                        box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                    raise
+            sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
+
+
+def _send_created(box: Dropbox, name: str, topic_copy: bool) -> None:
+    """SEND a file this producer just created.  Gone from working/ means someone else moved
+    or deleted it (a purge, a foreign sweep): the send failed and must not be reported as done.
+    (A subscription removed while we publish takes its working/ with it: that copy is skipped.)"""
+    moved = box.move(Move.SEND, State.NOT_COMMITTED, name)
+    if not moved and not (topic_copy and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
+        raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ before it "
+                         "was sent (moved or deleted by another program)")
+
+
+def temporary_gone(dest: Destination | None) -> InvalidDestinationError:
+    return InvalidDestinationError(f"{dest} does not exist: the connection that created it has closed")
 
 
 def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool) -> bool:
@@ -643,8 +695,11 @@ def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durabl
     try:
         box.create(name, msg.body, durable)
     except StoreError as exc:
-        if topic_copy and getattr(exc, "errno", None) == errno.ENOENT:
-            return False
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            if topic_copy:
+                return False
+            if topics.temporary_owner(box.path.parent.name) is not None:  # deleted while we send
+                raise temporary_gone(msg.destination) from exc
         raise
     return True
 
@@ -830,6 +885,7 @@ class MessageConsumer:
         now_mono = time.monotonic()
         if now_mono - self._last_recovery > self.session.settings.recovery_interval:
             self._last_recovery = now_mono
+            finish_dead_commits(self.session.connection.root)  # e.g. a publisher killed mid fan-out
             reclaim_dead_owners(self.session.connection.root, self.box)
         scanner = self._scanner
         if self._deferred:  # delayed messages whose delivery time has come are eligible again
@@ -898,6 +954,20 @@ class MessageConsumer:
         return Delivery(box, pname, claimed, header)
 
 
+def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
+    """Could ``<state>/<name>`` be where a rename of ``processing/<pname>`` was going (or coming
+    from)?  CLAIM and REDELIVER change only the delivery count; ACK, EXPIRE and DEAD_LETTER
+    keep the name (or move it aside as ``<n>~<pname>``)."""
+    core = codec.without_delivery_count(original)
+
+    def renamed(state: State, name: str) -> bool:
+        if state is State.NEW:
+            return codec.without_delivery_count(name) == core
+        return name == pname or name.endswith("~" + pname)
+
+    return renamed
+
+
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
     """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
     moved = 0
@@ -918,7 +988,7 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
                 dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
         if dead:
             try:
-                if box.drop_interrupted_link(State.DELIVERED, pname):
+                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
                     continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
                 if box.move(Move.REDELIVER, State.DELIVERED, pname, original):
                     moved += 1

@@ -14,14 +14,16 @@ touched directory once (group commit).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
@@ -181,6 +183,27 @@ class Dropbox:
         for state in states:
             _fsync_dir(self._dirs[state])
 
+    @contextlib.contextmanager
+    def working_lock(self, exclusive: bool = False) -> Iterator[bool]:
+        """flock on working/: a producer holds it shared from CREATE to SEND, so the orphan
+        sweep, which tries it exclusive and without waiting, never takes a live producer's
+        file for an orphan however long the producer stalls.  Yields whether it was taken
+        (the sweep skips a dropbox whose producers are busy; a producer always waits)."""
+        try:
+            fd = os.open(self._dirs[State.NOT_COMMITTED], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # no working/ or no access: a CREATE there fails on its own, with its error
+            yield not exclusive
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
     # --- listing
     def list(self, state: State) -> list[str]:
         """One directory listing; dot-files are foreign work in progress and never listed.
@@ -303,10 +326,13 @@ class Dropbox:
         if ``name`` is gone; never replaces ``parked``."""
         rename_noreplace(self.file(state, name), self.file(state, parked))
 
-    def drop_interrupted_link(self, state: State, name: str) -> bool:
+    def drop_interrupted_link(self, state: State, name: str,
+                              renamed: Callable[[State, str], bool] = lambda other, other_name: True) -> bool:
         """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
         fallback: if ``state/<name>`` shares its inode with a name in another state
-        directory of this dropbox, that other name is the message; this one is removed.
+        directory of this dropbox that a rename of it could have produced (``renamed``),
+        that other name is the message; this one is removed.  (Hard links a foreign
+        program made to one file are other messages, not an interrupted rename.)
         Not a lifecycle move: the message keeps exactly one state throughout."""
         try:
             st = os.lstat(self.file(state, name))
@@ -319,7 +345,7 @@ class Dropbox:
                 continue
             try:
                 with os.scandir(self._dirs[other]) as it:
-                    if any(e.inode() == st.st_ino for e in it):
+                    if any(e.inode() == st.st_ino and renamed(other, e.name) for e in it):
                         _unlink_quietly(self.file(state, name))
                         return True
             except FileNotFoundError:

@@ -276,6 +276,7 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
                 if other.active_consumers():
                     raise JMSException(
                         f"subscription {name!r} has active consumers with a different topic or selector")
+                _refuse_pending_work(conn, other, name)
                 other.remove()  # re-creating with other details = unsubscribe + new subscription
     elif kind == SHARED_NON_DURABLE:
         existing = Subscription(path)
@@ -317,10 +318,17 @@ def unsubscribe(conn: "Connection", name: str) -> None:
     for sub in subs:
         if sub.active_consumers():
             raise IllegalStateError(f"subscription {name!r} has an active consumer")
-        if conn._has_pending_work(sub.box):
-            raise IllegalStateError(f"subscription {name!r} has pending transacted work in this connection")
+        _refuse_pending_work(conn, sub, name)
     for sub in subs:
         sub.remove()
+
+
+def _refuse_pending_work(conn: "Connection", sub: Subscription, name: str) -> None:
+    """Removing a subscription deletes its messages: not while this connection still holds some
+    of them unacknowledged or in an open transaction (JMS: unsubscribe is then an error)."""
+    if conn._has_pending_work(sub.box):
+        raise IllegalStateError(
+            f"subscription {name!r} has messages this connection has not acknowledged or committed")
 
 
 # ---------------------------------------------------------------- publishing

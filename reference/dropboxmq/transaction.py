@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Iterator
 
 from . import codec
+from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
-from .errors import StoreError
 from .store import (Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, open_regular,
                     read_regular_file, sync_file_system, sync_many)
 
@@ -128,11 +128,16 @@ class TransactionLog:
         if durable:  # group commit: the log and every working/ file it names, in one syncfs
             sync_file_system(self.root)
         os.rename(self._path(ASSOCIATED), self._path(COMMITTING))
-        if durable:
-            _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
         # ---- point of no return: from here on recovery rolls forward ----
-        roll_forward(self.root, self.entries, durable)
-        os.unlink(self._path(COMMITTING))
+        try:
+            if durable:
+                _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
+            roll_forward(self.root, self.entries, durable)
+            os.unlink(self._path(COMMITTING))
+        except (OSError, StoreError) as exc:
+            raise TransactionInDoubtError(
+                f"in doubt: transaction {self.name} is committed but not fully applied ({exc}); "
+                "recovery will finish it -- do not send it again") from exc
 
     def rollback(self) -> None:
         if not self.entries:
@@ -203,9 +208,10 @@ def read_log(path: Path) -> list[LogEntry]:
     return entries
 
 
-def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
-    """(directory, path) of every log still on disk."""
-    for where in (COMMITTING, ASSOCIATED, ROLLING_BACK):
+def pending_logs(root: Path, dirs: tuple[str, ...] = (COMMITTING, ASSOCIATED, ROLLING_BACK)
+                 ) -> Iterator[tuple[str, Path]]:
+    """(directory, path) of every log still on disk (in ``dirs``)."""
+    for where in dirs:
         d = transaction_dir(root) / where
         if not is_plain_path(root, d):
             continue  # a symlinked log directory holds no log of ours: never follow it
@@ -215,6 +221,31 @@ def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
             continue  # a file where the directory belongs holds no log of ours
         for name in names:
             yield where, d / name
+
+
+def logged_sends(root: Path) -> set[str]:
+    """The working/ name of every send that a log still on disk names.  Directories are read in
+    the order a log travels (associated/ first), and a log gone from where it was listed is
+    read where it went, so a transaction committing or rolling back meanwhile is not missed."""
+    names: set[str] = set()
+    for where in (ASSOCIATED, COMMITTING, ROLLING_BACK):
+        if not is_plain_path(root, transaction_dir(root) / where):
+            continue  # a symlinked log directory holds no log of ours
+        try:
+            listed = sorted(os.listdir(transaction_dir(root) / where))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for log_name in listed:
+            for place in (where, COMMITTING, ROLLING_BACK):
+                try:
+                    entries = read_log(transaction_dir(root) / place / log_name)
+                except FileNotFoundError:
+                    continue
+                except (NotARegularFile, CorruptLogError):
+                    break  # not a log of ours: it names no send
+                names.update(e.name for e in entries if e.kind == "send")
+                break
+    return names
 
 
 def recover_log(root: Path, where: str, path: Path) -> str:
@@ -237,16 +268,37 @@ def recover_log(root: Path, where: str, path: Path) -> str:
     return outcome
 
 
+def finish_dead_commits(root: Path) -> int:
+    """Roll forward every committed (``committing/``) transaction whose owner is dead, so that a
+    publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
+    an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
+    from .clients import is_dead
+
+    n = 0
+    for where, path in list(pending_logs(root, (COMMITTING,))):
+        if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
+            n += 1
+    return n
+
+
+def _recover_ours(root: Path, where: str, path: Path) -> bool:
+    """recover_log, leaving alone (with a warning) what is no log of ours."""
+    try:
+        recover_log(root, where, path)
+    except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
+        log.warning("transaction log %s left alone: %s", path, exc)
+        return False
+    return True
+
+
 def recover_owner(root: Path, client_id: str) -> int:
     """Finish every transaction of one dead client (before its processing/ entries are
-    redelivered: a committing log must ACK them, not see them redelivered)."""
+    redelivered: a committing log must ACK them, not see them redelivered).  Also run by a
+    connection that has just taken the client id's lock: every log of that id is then its
+    dead predecessor's (or its own, committed but left in doubt)."""
     n = 0
     for where, path in list(pending_logs(root)):
         if log_owner(path.name) == client_id:
-            try:
-                recover_log(root, where, path)
-            except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
-                log.warning("transaction log %s left alone: %s", path, exc)
-                continue
-            n += 1
+            if _recover_ours(root, where, path):
+                n += 1
     return n
