@@ -5,8 +5,8 @@ PY     := $(VENV)/bin/python
 DMQ    := $(VENV)/bin/dropboxmq
 STAMP  := $(VENV)/.installed
 
-# Debian packages the fault-injection, power-loss and database tests need (CI is root).
-APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql
+# Debian packages the fault-injection, power-loss and database tests and the JMS adapter's ActiveMQ run need (CI is root).
+APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java
 
 .PHONY: setup system-deps run conformance conformance-spark test spec spec-deep bench stress stress-smoke clean
 

@@ -19,7 +19,7 @@ _RANK = {FAIL: 3, INCONCLUSIVE: 2, PASS: 1, SKIPPED: 0}
 @dataclass(frozen=True)
 class Check:
     id: str
-    role: str  # produce | consume | adapter | model
+    role: str  # produce | consume | publish | subscribe | adapter | model
     rule: str
     ref: str
 
@@ -79,6 +79,43 @@ CHECKS: list[Check] = [
           "After kill -9 of the consumer, its in-flight messages come back to target/ as redelivered and are "
           "delivered again; none is lost.",
           "PROTOCOL.md §4 (orphans in processing/), §3 JMSXDeliveryCount; lifecycle REDELIVER"),
+    # ---------------------------------------------------------------- publisher (topics)
+    Check("publisher.exit-clean", "publish", "The publisher exits with status 0 within the time limit, at each run.",
+          "seed 000 'A Dropbox Message Producer' (topics)"),
+    Check("publisher.every-subscription-once", "publish",
+          "Every subscription of the topic existing at publish time receives every message exactly once, byte for byte.",
+          "PROTOCOL.md §1 (a copy to every subscription); seed 001 ('delivers a copy of a message to each of the subscribers')"),
+    Check("publisher.ancestors", "publish",
+          "Subscriptions of ancestor topics receive every message (a.b.c reaches a.b and a); those of sibling and "
+          "descendant topics receive none.",
+          "PROTOCOL.md §1 (fan-out to every ancestor topic, 1.2's hierarchy)"),
+    Check("publisher.late-subscription", "publish",
+          "A subscription created after a publish receives none of the messages published before it existed.",
+          "seed 001 (a copy goes to the subscribers known when the message is published); PROTOCOL.md §1"),
+    Check("publisher.copies-by-rename", "publish",
+          "Each copy enters its subscription's target/ (or the topic's .incoming/target/) only by a rename from the "
+          "same dropbox's working/; nothing is written in target/.",
+          "PROTOCOL.md §1-2 (a copy goes through working/ -> target/ exactly as a queue send); seed 000 (move, not copy)"),
+    # ---------------------------------------------------------------- subscriber (topics)
+    Check("subscriber.exit-clean", "subscribe", "The subscriber exits cleanly when its subscription's target/ is drained.",
+          "seed 000 'Dropbox Message Consumers' (a subscription is consumed like a queue)"),
+    Check("subscriber.durable-keeps", "subscribe",
+          "A durable subscription keeps the messages published while no subscriber ran; the subscriber delivers "
+          "each exactly once.",
+          "seed 001 (a durable subscription's messages are held until the subscriber becomes available); seed 004"),
+    Check("subscriber.own-subscription", "subscribe",
+          "The subscriber consumes only its own subscription's directory; other subscriptions' copies are left alone.",
+          "PROTOCOL.md §1 (each subscription is its own dropbox .subscriptions/<subId>/)"),
+    Check("subscriber.claims-by-rename", "subscribe",
+          "A message leaves the subscription's target/ only by a rename into processing/ (or expired/).",
+          "seed 000; PROTOCOL.md §2 CLAIM (as for queues)"),
+    Check("subscriber.acked-processed", "subscribe",
+          "Every delivered message ends in the subscription's processed/ (or is removed, with ack_removes).",
+          "seed 000; PROTOCOL.md §2 ACK (as for queues)"),
+    Check("subscriber.kill9-recovery", "subscribe",
+          "After kill -9 of the subscriber, its in-flight messages come back to the subscription's target/ as "
+          "redelivered and are delivered again; none is lost.",
+          "PROTOCOL.md §4 (orphans in processing/), §3 JMSXDeliveryCount; lifecycle REDELIVER (as for queues)"),
     # ---------------------------------------------------------------- session (adapter)
     Check("session.auto-ack", "adapter", "AUTO_ACKNOWLEDGE: a message is acknowledged (processed/) when receive returns.",
           "PROTOCOL.md §4 AUTO ack; JMS §8.7 (seed 001)"),

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-ROLES = ("produce", "consume", "recover", "adapter", "publish", "subscribe")
+ROLES = ("produce", "consume", "recover", "adapter", "server", "publish", "subscribe")
+JMS_VERSIONS = ("1.1", "2.0")
+PUBLISH_MODES = ("fan-out", "distribute")
 OUTPUT_FORMATS = ("names", "ids", "json", "bodies")
 PLACEHOLDERS = ("root", "queue", "count", "body_dir", "client_id", "priority", "topic", "here", "python",
-                "dropboxmq", "out")
+                "dropboxmq", "out", "server", "subscription")
 
 
 class ManifestError(ValueError):
@@ -35,6 +37,9 @@ class Manifest:
     timeout: float = 20.0
     ok_exit: tuple[int, ...] = (0,)
     env: dict[str, str] = field(default_factory=dict)
+    api_only: bool = False  # no dropbox at all (e.g. a JMS broker): session checks judge the API only
+    jms: str = "2.0"  # the JMS version the adapter speaks: "1.1" skips the JMS 2.0 session checks
+    publish_mode: str = "fan-out"  # the publisher writes every copy itself, or drops into .incoming/ ("distribute")
 
     @property
     def here(self) -> Path:
@@ -75,12 +80,18 @@ def load(path: str | Path) -> Manifest:
     unknown = set(commands) - set(ROLES)
     if unknown:
         raise ManifestError(f"{path}: unknown roles {sorted(unknown)} (known: {', '.join(ROLES)})")
-    if not any(commands.get(r) for r in ("produce", "consume", "adapter")):
-        raise ManifestError(f"{path}: give at least one of produce, consume, adapter")
+    if not any(commands.get(r) for r in ("produce", "consume", "adapter", "publish", "subscribe")):
+        raise ManifestError(f"{path}: give at least one of produce, consume, adapter, publish, subscribe")
     flags = data.get("flags", {})
     out = flags.get("consume_output", "names")
     if out not in OUTPUT_FORMATS:
         raise ManifestError(f"{path}: consume_output must be one of {OUTPUT_FORMATS}")
+    jms = str(flags.get("jms", "2.0"))
+    if jms not in JMS_VERSIONS:
+        raise ManifestError(f"{path}: flags.jms must be one of {JMS_VERSIONS}")
+    publish_mode = str(flags.get("publish_mode", "fan-out"))
+    if publish_mode not in PUBLISH_MODES:
+        raise ManifestError(f"{path}: flags.publish_mode must be one of {PUBLISH_MODES}")
     expect = data.get("expect", "pass")
     if expect not in ("pass", "fail"):
         raise ManifestError(f"{path}: expect must be 'pass' or 'fail'")
@@ -97,6 +108,9 @@ def load(path: str | Path) -> Manifest:
         timeout=float(flags.get("timeout", 20.0)),
         ok_exit=tuple(int(c) for c in flags.get("ok_exit", [0])),
         env={str(k): str(v) for k, v in data.get("env", {}).items()},
+        api_only=bool(flags.get("api_only", False)),
+        jms=jms,
+        publish_mode=publish_mode,
     )
 
 

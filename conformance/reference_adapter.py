@@ -11,6 +11,7 @@ talks to it through the pipe.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from typing import Any
@@ -59,6 +60,7 @@ class Adapter:
         self.sessions: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
         self.queue_consumers: dict[tuple, Any] = {}
+        self.numbers = itertools.count(1)  # ids are never reused, even after a close
 
     def handle(self, req: dict) -> dict:
         op = req.get("op")
@@ -76,7 +78,7 @@ class Adapter:
         return self.sessions[req.get("session", "s1")]
 
     def op_session(self, req: dict) -> dict:
-        sid = f"s{len(self.sessions) + 1}"
+        sid = f"s{next(self.numbers)}"
         mode = ACK[req.get("ack_mode", "auto")]
         self.sessions[sid] = self.conn.create_session(mode is AckMode.SESSION_TRANSACTED, mode)
         return {"session": sid}
@@ -109,7 +111,7 @@ class Adapter:
             c = s.create_durable_consumer(topic, name, sel, bool(req.get("no_local")))
         else:
             c = s.create_consumer(topic, sel, bool(req.get("no_local")))
-        cid = f"c{len(self.consumers) + 1}"
+        cid = f"c{next(self.numbers)}"
         self.consumers[cid] = c
         return {"consumer": cid}
 

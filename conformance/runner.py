@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import checks as C
-from . import replay, suite
+from . import replay, suite, topics
 from .checks import CHECKS, Result
 from .manifest import Manifest
 
@@ -25,6 +25,10 @@ SCENARIOS: list[tuple[str, str, Callable, list[str]]] = [
     ("consume-lost-race", "consume", suite.consumer_lost_race, ["consumer.lost-race"]),
     ("consume-kill9", "consume", suite.consumer_kill9, ["consumer.kill9-recovery"]),
     ("sessions", "adapter", suite.session_scenario, [c.id for c in CHECKS if c.role == "adapter"]),
+    ("publish", "publish", topics.publisher_scenario, [c.id for c in CHECKS if c.role == "publish"]),
+    ("subscribe", "subscribe", topics.subscriber_scenario,
+     [c.id for c in CHECKS if c.role == "subscribe" and c.id != "subscriber.kill9-recovery"]),
+    ("subscribe-kill9", "subscribe", topics.subscriber_kill9, ["subscriber.kill9-recovery"]),
 ]
 
 
@@ -121,12 +125,13 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
             scenarios.append(sc)
             for r in results:
                 raw.setdefault(r.check, []).append(r)
-        if scenarios and (only is None or any(c.startswith("model.") for c in only)):
-            for r in suite.model_results(m, scenarios):
+        traced = [] if m.api_only else scenarios  # an API-only implementation has no dropbox to trace
+        if traced and (only is None or any(c.startswith("model.") for c in only)):
+            for r in suite.model_results(m, traced):
                 raw.setdefault(r.check, []).append(r)
-        if scenarios and (only is None or "model.tlc" in only):
+        if traced and (only is None or "model.tlc" in only):
             if tlc:
-                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, scenarios, tlc_max_events)
+                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, traced, tlc_max_events)
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation pending")]
             else:
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)")]
@@ -144,8 +149,10 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
         if check.id in raw:
             rep.results.append(C.combine(check.id, raw[check.id]))
         else:
-            role = {"produce": "produce", "consume": "consume", "adapter": "adapter"}.get(check.role)
+            role = check.role if check.role != "model" else None
             why = f"the manifest has no {role} command" if role and not m.has(role) else "not run"
+            if check.role == "model" and m.api_only:
+                why = "API-only implementation (flags.api_only): no dropbox to trace"
             rep.results.append(C.skipped(check.id, why))
     rep.seconds = time.monotonic() - started
     if tlc and not defer_tlc:

@@ -38,6 +38,9 @@ def result(rep: runner.ImplReport, check: str) -> C.Result:
 PRODUCE = f"sh {SHELL}/produce.sh {{root}} {{queue}} {{body_dir}} {{priority}}"
 CONSUME = f"sh {SHELL}/consume.sh {{root}} {{queue}} {{client_id}}"
 SHIPPED = lambda name: M.load(BROKEN / f"{name}.toml")  # noqa: E731
+PUBLISH = f"sh {SHELL}/publish.sh {{root}} {{topic}} {{body_dir}} {{priority}}"
+SUBSCRIBE = f"sh {SHELL}/subscribe.sh {{root}} {{topic}} {{subscription}} {{client_id}}"
+SUB_DIR = "{root}/topic-root/$(printf %s {topic} | tr . /)/.subscriptions/{subscription}.{client_id}"
 
 #: check -> a failing implementation: a shipped broken example, or (role, command) made up here
 FAILING: dict[str, object] = {
@@ -63,6 +66,23 @@ FAILING: dict[str, object] = {
     "consumer.lost-race": "ignores-lost-races",
     "consumer.kill9-recovery": "ignores-lost-races",  # claims without JMSXDeliveryCount: not redelivered
     "model.replay": "copy-then-delete",
+    # topics
+    "publisher.exit-clean": ("publish", PUBLISH + "; exit 3"),
+    "publisher.every-subscription-once": "publish-skips-subscription",
+    "publisher.ancestors": "publish-no-ancestors",
+    # re-publishes everything it ever published: a late subscription gets the old messages
+    "publisher.late-subscription": ("publish", 'h={root}/.history; mkdir -p $h; for f in {body_dir}/*; do '
+                                    'cp "$f" "$h/$(date +%s%N)"; done; ' + PUBLISH.replace("{body_dir}", "$h")),
+    "publisher.copies-by-rename": "publish-into-target",
+    "subscriber.exit-clean": ("subscribe", SUBSCRIBE + "; exit 1"),
+    "subscriber.durable-keeps": ("subscribe", SUBSCRIBE + " | head -n 3"),
+    "subscriber.own-subscription": "subscribe-other-subscription",
+    "subscriber.claims-by-rename": ("subscribe", f"sed 's|mv \"$f\" \"$p\" 2>/dev/null|cp \"$f\" \"$p\" \\&\\& rm \"$f\"|' "
+                                    f"{SHELL}/consume.sh > {{out}}/c.sh; DROPBOX_DIR={SUB_DIR} sh {{out}}/c.sh {{root}} - {{client_id}}"),
+    "subscriber.acked-processed": ("subscribe", f"sed 's|mv \"$p\" \"$box/processed/$cid~$new\"|rm \"$p\"|' "
+                                   f"{SHELL}/consume.sh > {{out}}/c.sh; DROPBOX_DIR={SUB_DIR} sh {{out}}/c.sh {{root}} - {{client_id}}"),
+    # its recovery deletes the dead subscriber's in-flight messages instead of returning them
+    "subscriber.kill9-recovery": {"subscribe": SUBSCRIBE, "recover": f"rm -f {SUB_DIR}/processing/*"},
 }
 
 SESSION_CHECKS = [c.id for c in C.CHECKS if c.role == "adapter"]
@@ -80,8 +100,8 @@ def test_check_fails_against_a_broken_implementation(check, tmp_path):
     if isinstance(how, str):
         m = SHIPPED(how)
     else:
-        role, cmd = how
-        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **{role: cmd})
+        roles = how if isinstance(how, dict) else dict([how])
+        m = write_manifest(tmp_path, "broken-" + check.replace(".", "-"), flags="ordered = true\n", **roles)
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
     assert r.status == C.FAIL, (r.summary, r.evidence)
@@ -166,6 +186,61 @@ def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
     assert r.status == C.FAIL, (r.summary, r.evidence)
+
+
+@pytest.mark.parametrize("check", SESSION_CHECKS)
+def test_api_only_session_check_fails_against_a_broken_adapter(check, tmp_path):
+    """Judged through the JMS API alone (no look at files), each broken behaviour still shows."""
+    script = tmp_path / "broken_adapter.py"
+    script.write_text(BROKEN_ADAPTER)
+    m = write_manifest(tmp_path, "broken-api", adapter=f"{{python}} {script} {{root}} {{client_id}}",
+                       flags="api_only = true\n")
+    m.env["BROKEN_MODE"] = check.split(".", 1)[1]
+    rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
+    r = result(rep, check)
+    assert r.status == C.FAIL and r.summary.startswith(suite.API_ONLY_NOTE), (r.summary, r.evidence)
+
+
+def test_reference_sessions_pass_api_only(tmp_path):
+    m = write_manifest(tmp_path, "reference-api", expect="pass", flags="api_only = true\njms = \"1.1\"\n",
+                       adapter="{python} -m dropboxmq.conformance.reference_adapter {root} {client_id}")
+    rep = runner.run_impl(m, tmp_path / "out", tlc=False)
+    assert rep.error is None and not rep.failures, [(r.check, r.summary) for r in rep.failures]
+    for check in SESSION_CHECKS:
+        r = result(rep, check)
+        if check == "session.shared-subscription":
+            assert r.status == C.SKIPPED and "JMS 2.0" in r.summary
+        else:
+            assert r.status == C.PASS and r.evidence["api_only"], (check, r.summary)
+    assert all(result(rep, c).status == C.SKIPPED for c in ("model.replay", "model.tlc"))
+
+
+ACTIVEMQ = M.impls_dir() / "activemq" / "activemq.toml"
+ACTIVEMQ_JARS = ("/usr/share/java/activemq-broker.jar", "/usr/share/java/geronimo-jms_1.1_spec.jar")
+
+
+def need_activemq() -> None:
+    """Skip without the Debian packages, except in CI, where `make system-deps` installs them."""
+    import shutil
+
+    missing = [j for j in ACTIVEMQ_JARS if not os.path.exists(j)] + [t for t in ("javac", "java") if not shutil.which(t)]
+    if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip(f"not installed (make system-deps): {missing}")
+    assert not missing, f"CI must install these (make system-deps): {missing}"
+
+
+@pytest.mark.slow
+def test_activemq_passes_every_jms11_session_check_through_the_java_adapter(tmp_path):
+    """A real JMS provider through the generic Java adapter (compiled here with javac)."""
+    need_activemq()
+    summary = runner.run_all([M.load(ACTIVEMQ)], tmp_path, tlc=False)
+    rep = summary.reports[0]
+    assert rep.error is None and summary.ok, [(r.check, r.summary, r.evidence) for r in rep.failures]
+    for check in SESSION_CHECKS:
+        r = result(rep, check)
+        want = C.SKIPPED if check == "session.shared-subscription" else C.PASS  # JMS 2.0
+        assert r.status == want, (check, r.summary)
+    assert not any(p.name.startswith("Q") for p in (tmp_path / "activemq" / "sessions" / "root").iterdir())
 
 
 # ------------------------------------------------------------------ the catch rate
@@ -343,13 +418,82 @@ def test_manifests_load_and_fill_placeholders(tmp_path):
         M.load(bad)
 
 
-def test_run_says_that_publish_and_subscribe_commands_are_not_run(tmp_path):
+def test_list_shows_the_topic_checks_with_their_rules():
     from click.testing import CliRunner
 
     from dropboxmq.conformance import cli
 
-    m = write_manifest(tmp_path, "pub", expect="pass", produce=PRODUCE, publish="echo {topic}")
-    res = CliRunner().invoke(cli.conformance, ["run", "--impl", str(m.path), "--only", "producer.exit-clean",
-                                               "--no-tlc", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli.conformance, ["list"], terminal_width=400)
     assert res.exit_code == 0, res.output
-    assert "publish command(s) are not run" in " ".join(res.stderr.split())
+    for c in C.CHECKS:
+        if c.role in ("publish", "subscribe"):
+            assert c.id in res.output and c.rule.split()[0] in res.output
+    assert len([c for c in C.CHECKS if c.role in ("publish", "subscribe")]) == 11
+
+
+DISTRIBUTE = ('for f in {body_dir}/*; do n={priority}.$(date +%s%3N)$(od -An -N2 -tu2 /dev/urandom | tr -d " ")-0000000001.B; '
+              'i={root}/topic-root/$(printf %s {topic} | tr . /)/.incoming; ')
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_distribute_mode_publisher_is_judged_with_the_reference_distributor(broken, tmp_path):
+    """publish_mode = "distribute": the publisher drops into the topic's .incoming/ and the
+    suite's distributor fans out; a publisher that writes into .incoming/target/ is caught."""
+    drop = 'cat "$f" > $i/target/$n; done' if broken else 'cat "$f" > $i/working/$n; mv $i/working/$n $i/target/$n; done'
+    m = write_manifest(tmp_path, "distributing", expect="pass", publish=DISTRIBUTE + drop,
+                       flags='publish_mode = "distribute"\n')
+    rep = runner.run_impl(m, tmp_path / "out", only={c.id for c in C.CHECKS if c.role == "publish"} | {"model.replay"},
+                          tlc=False)
+    assert rep.error is None
+    statuses = {r.check: r.status for r in rep.results}
+    if broken:
+        assert statuses["publisher.copies-by-rename"] == C.FAIL, statuses
+    else:
+        assert set(statuses.values()) == {C.PASS}, [(r.check, r.summary) for r in rep.results]
+    assert (tmp_path / "out" / "distributing" / "publish" / "logs" / "distribute-publish-1.out").exists()
+
+
+@pytest.mark.slow
+def test_reference_plays_both_topic_roles_and_tlc_accepts_the_subscription_traces(tmp_path):
+    m = M.load(M.impls_dir() / "reference" / "reference.toml")
+    only = {c.id for c in C.CHECKS if c.role in ("publish", "subscribe")} | {"model.replay", "model.tlc"}
+    rep = runner.run_impl(m, tmp_path, only=only, tlc=True)
+    assert rep.error is None
+    for r in rep.results:
+        assert r.status == C.PASS, (r.check, r.summary, r.evidence)
+    tlc = result(rep, "model.tlc").summary
+    assert "publish:s1.conf-s1" in tlc and "subscribe-kill9:board.impl-sub" in tlc, tlc
+
+
+@pytest.mark.slow
+def test_java_adapter_answers_hostile_input_and_round_trips_through_an_in_vm_broker():
+    """The adapter on its own, with ActiveMQ's in-VM broker: bad lines are answers, not crashes;
+    a unicode body and typed properties survive; JMS 2.0 requests are 'unsupported'."""
+    import json
+    import subprocess
+
+    need_activemq()
+    m = M.load(ACTIVEMQ)
+    here = ACTIVEMQ.parent
+    cmd = ["sh", str(here / "../../adapters/java/run-java.sh"), m.env["ACTIVEMQ_BROKER_CP"],
+           str(here / "../../adapters/java/JmsAdapter.java"), "--factory", "org.apache.activemq.ActiveMQConnectionFactory",
+           "--arg", "vm://adapter-test?broker.persistent=false&broker.useJmx=false", "--client-id", "c1"]
+    lines = ['{"op": "session", "ack_mode": "client"', "[1, 2]", '{"op": "fly"}',
+             '{"op": "session", "ack_mode": "sometimes"}',
+             '{"op": "session", "ack_mode": "client"}',
+             json.dumps({"op": "send", "session": "s1", "queue": "Q", "body": "h\u00e9llo \u2603 \"q\"\n",
+                         "priority": 7, "properties": {"n": 3, "big": 2**40, "ok": True, "x": 1.5, "s": "a=b&c"}}),
+             '{"op": "receive", "session": "s1", "queue": "Q", "timeout_ms": 5000}',
+             '{"op": "receive", "session": "nope", "queue": "Q"}',
+             '{"op": "subscribe", "session": "s1", "topic": "T", "name": "n", "durable": true, "shared": true}',
+             '{"op": "close"}']
+    out = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert len(answers) == len(lines), (out.stdout, out.stderr[-2000:])
+    kinds = [a.get("error") for a in answers]
+    assert kinds[:4] == ["bad_request", "bad_request", "unknown_op", "bad_request"], answers[:4]
+    msg = answers[6]["message"]
+    assert msg["body"] == "h\u00e9llo \u2603 \"q\"\n" and msg["priority"] == 7 and not msg["redelivered"]
+    assert msg["properties"] == {"n": 3, "big": 2**40, "ok": True, "x": 1.5, "s": "a=b&c"}, msg
+    assert kinds[7] == "bad_request" and kinds[8] == "unsupported" and answers[9] == {"ok": True}
+    assert out.returncode == 0

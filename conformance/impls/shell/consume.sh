@@ -3,10 +3,11 @@
 # Claims by mv target/ -> processing/<client>~<name with JMSXDeliveryCountI=n>, skips a
 # lost race (mv fails), prints the name, acks by mv processing/ -> processed/.
 # Delivery order: priority descending, then message-id prefix (send order).
-# Stops after a pass over target/ that claimed nothing.
+# Stops after a pass over target/ that claimed nothing.  DROPBOX_DIR, when set, names the
+# dropbox to consume instead of the queue's (subscribe.sh: a topic subscription).
 set -u
 root=$1 queue=$2 cid=$3
-box="$root/$queue/incoming"
+box=${DROPBOX_DIR:-"$root/$queue/incoming"}
 list=$(mktemp) && trap 'rm -f "$list"' EXIT
 while :; do
   claimed=0
