@@ -8,14 +8,17 @@ held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import socket
 from pathlib import Path
 
 from . import codec
-from .errors import InvalidClientIDError
+from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
+from .store import NotARegularFile, ensure_plain_dir, open_regular
 
 
 def clients_dir(root: Path) -> Path:
@@ -37,9 +40,15 @@ class Registration:
         self.client_id = client_id
         self.root = Path(root)
         self.path = registration_path(root, client_id)
-        os.makedirs(self.path.parent, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                ensure_plain_dir(self.root, self.path.parent)
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
+            except NotARegularFile:
+                raise InvalidClientIDError(
+                    f"cannot register client id {client_id!r}: {self.path} is not a regular file") from None
+            except OSError as exc:
+                raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -52,6 +61,11 @@ class Registration:
             try:
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
+                same = False
+            if same and os.fstat(fd).st_nlink > 1:
+                # a hard link to some other file: truncating it would change that file
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
                 same = False
             if same:
                 break
@@ -88,9 +102,13 @@ def liveness(root: Path, client_id: str) -> str:
     a foreign or 1.2 client, which recovery leaves alone unless told otherwise)."""
     path = registration_path(root, client_id)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return "unknown"
+        fd = open_regular(path)
+    except (FileNotFoundError, NotARegularFile):
+        return "unknown"  # a FIFO or symlink is no registration of ours
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "unknown"  # a foreign name's "owner" that no registration can be named after
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -98,6 +116,16 @@ def liveness(root: Path, client_id: str) -> str:
     finally:
         os.close(fd)
     return "dead"
+
+
+def live_clients(root: Path) -> list[str]:
+    """Every client id whose registration is held right now."""
+    try:
+        names = os.listdir(clients_dir(root))
+    except FileNotFoundError:
+        return []
+    ids = [codec.decode_field(n) for n in names if not n.startswith(".")]
+    return [c for c in ids if liveness(root, c) == "alive"]
 
 
 def is_dead(root: Path, client_id: str, assume_unknown_dead: bool = False) -> bool:

@@ -32,9 +32,22 @@ def validate_name(kind: str, name: str) -> str:
     for bad in _FORBIDDEN_CHARS:
         if bad in name:
             raise InvalidDestinationError(f"{kind} name {name!r} must not contain {bad!r}")
-    if len(name.encode("utf-8")) > 200:
-        raise InvalidDestinationError(f"{kind} name {name!r} is longer than 200 bytes")
+    size = name_bytes(name)
+    if size is None:
+        raise InvalidDestinationError(f"{kind} name {name!r} is not valid Unicode (a lone surrogate)")
+    if size > 200:
+        raise InvalidDestinationError(f"{kind} name {name!r} is {size} bytes, longer than 200 bytes")
     return name
+
+
+def name_bytes(name: str) -> int | None:
+    """The length on disk of a name, in bytes: names are bytes-safe text, an undecodable
+    byte travels as the surrogate ``os.fsdecode`` gives it.  None if ``name`` holds any
+    other lone surrogate (no byte stands for it)."""
+    try:
+        return len(name.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
 from . import codec, layout, retention, topics
-from .clients import Registration, is_dead
+from .clients import Registration, is_dead, live_clients
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -1107,7 +1107,8 @@ class MessageConsumer:
             box.move(Move.EXPIRE, State.NEW, name)
             return None
         count = header.delivery_count
-        pname = codec.processing_name(self.session.connection.client_id, codec.with_delivery_count(name, count))
+        claimed = codec.with_delivery_count(name, count)  # the name it returns under, if redelivered
+        pname = codec.processing_name(self.session.connection.client_id, claimed)
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
@@ -1135,14 +1136,13 @@ class MessageConsumer:
             except StoreError:
                 # Not left in processing/: after a clean close() nobody would reclaim it
                 # (stress faults case: EIO on the read, then on the rename into error/).
-                box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
+                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
                 raise
             return None
         header.destination = self.destination
         header.properties[DELIVERY_COUNT_PROP] = Property("I", count)
         header._session = self.session  # type: ignore[attr-defined]
-        _, original = codec.split_processing_name(pname)
-        return Delivery(box, pname, original, header, body_file)
+        return Delivery(box, pname, claimed, header, body_file)
 
 
 def redelivery_name(original: str) -> str:
@@ -1173,6 +1173,7 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
     """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
     moved = 0
     verdicts: dict[str, bool] = {}
+    live: list[str] | None = None
     for pname in box.list(State.DELIVERED):
         client, original = codec.split_processing_name(pname)
         if client is None:
@@ -1183,6 +1184,9 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
                 if verdicts[client]:
                     recover_owner(root, client)  # its committing/ log ACKs, the rest come back
             dead = verdicts[client]
+            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
+                live = live_clients(root) if live is None else live
+                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
         if dead:
             try:
                 if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
