@@ -51,9 +51,11 @@ spec-deep: setup
 bench: setup        ## floor (C when gcc/cc is present), reference and peers side by side; results in stress/results/
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m dropboxmq.stress.bench
+	$(PY) -m dropboxmq.stress.spark_bench
 
-stress: setup system-deps   ## every nemesis (long profile); root needed for tmpfs / loop mounts
+stress: setup system-deps   ## every nemesis (long profile), then the hostile-root fuzzer's long profile; root needed for tmpfs / loop mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json
+	DROPBOXMQ_FUZZ_PROFILE=long $(PY) -m pytest -n auto -q tests/test_hostile_fuzz.py
 
 stress-smoke: setup system-deps   ## <= 3 min: kills + contention + full disk + fail-at-N
 	$(DMQ) stress run --profile smoke --out reports/stress-smoke --baseline stress/baselines/smoke.json

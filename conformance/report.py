@@ -62,6 +62,32 @@ def _evidence(r: C.Result) -> str:
     return "".join(parts)
 
 
+_MARKS = {"pass": "&#10003;", "fail": "&#10007;", "inconclusive": "?", "skipped": "&ndash;"}
+
+
+def _matrix(summary: RunSummary) -> str:
+    """Implementations down, checks across: one coloured cell per result, the whole run at a glance."""
+    checks = list(dict.fromkeys(r.check for rep in summary.reports for r in rep.results))
+    head = "".join(f'<th class="chk"><div title="{_e(BY_ID[c].rule if c in BY_ID else c)}">{_e(c)}</div></th>'
+                   for c in checks)
+    rows = []
+    for rep in summary.reports:
+        by_check = {r.check: r for r in rep.results}
+        cells = []
+        for c in checks:
+            r = by_check.get(c)
+            if r is None:
+                cells.append('<td class="cell"></td>')
+                continue
+            cells.append(f'<td class="cell" style="background:{_COLORS.get(r.status, "#6e7781")}" '
+                         f'title="{_e(r.status)}: {_e(r.summary)}">{_MARKS.get(r.status, "")}</td>')
+        rows.append(f'<tr><th><a href="#impl-{_e(rep.name)}">{_e(rep.name)}</a> <small>({_e(rep.expect)} '
+                    f'expected)</small></th>{"".join(cells)}</tr>')
+    return (f'<table class="matrix"><tr><th>implementation \\ check</th>{head}</tr>{"".join(rows)}</table>'
+            '<p><small>&#10003; pass &middot; &#10007; fail &middot; ? inconclusive &middot; &ndash; skipped; '
+            "hover a cell for its summary.</small></p>")
+
+
 def write_html(summary: RunSummary, path: Path) -> None:
     rows = []
     for rep in summary.reports:
@@ -99,11 +125,13 @@ td,th{{border:1px solid #d0d7de;padding:4px 8px;text-align:left}} tr.bad td{{bac
 .rule{{color:#57606a;margin:4px 0}} pre{{background:#f6f8fa;padding:6px;overflow:auto;font-size:80%}}
 .timeline{{display:flex;flex-wrap:wrap;align-items:center;gap:2px}} .step{{border:1px solid #8c959f;border-radius:6px;padding:4px;font-size:75%;max-width:260px}}
 .step .by{{color:#8250df}} .step .mv{{font-weight:bold}} .step .path{{word-break:break-all;color:#57606a}} .arrow{{font-size:150%}} .note{{color:#cf222e}}
-.bad{{color:#cf222e}}
+.bad{{color:#cf222e}} table.matrix td.cell{{color:#fff;text-align:center;min-width:1.2em;padding:2px}}
+table.matrix th.chk{{vertical-align:bottom;padding:2px}} table.matrix th.chk div{{writing-mode:vertical-rl;transform:rotate(180deg);font-size:75%;font-weight:normal}}
 </style></head><body>
 <h1>dropboxmq conformance report</h1>
 <p>{time.strftime("%Y-%m-%d %H:%M:%S")} &middot; wall time {summary.seconds:.1f} s &middot; catch rate of the broken examples:
 <b>{_e(rate_txt)}</b> &middot; overall: <b class="{'ok' if summary.ok else 'bad'}">{_e(summary.overall)}</b></p>
+{_matrix(summary)}
 <table><tr><th>implementation</th><th>expected</th><th>verdict</th><th>pass</th><th>fail</th><th>inconclusive</th>
 <th>skipped</th><th>caught by</th><th>time</th></tr>{''.join(rows)}</table>
 <p><small>pass / fail / inconclusive (the suite could not decide, says why) / skipped (role not played or property

@@ -16,7 +16,10 @@ watch started), ``"kind": "dir"`` for directories, ``"synthetic"`` for records
 the watcher made up from a directory scan rather than from an event (``"scan"``:
 contents of a directory found before its watch existed; ``"rescan"``: a
 difference found by the final rescan, i.e. a missed event), ``"moved_in"`` /
-``"moved_out"`` for renames across the edge of the watched tree.
+``"moved_out"`` for renames across the edge of the watched tree, and
+``"content"`` on a transaction log's ``close_write`` and on its rename into
+``committing/``: the log's text as it was then (the spec's trace validation
+checks a commit against the moves its log lists, not the moves it made).
 
 IN_MOVED_FROM and IN_MOVED_TO are paired by their cookie into one ``rename``.
 IN_Q_OVERFLOW (the kernel dropped events) is recorded as ``{"op": "overflow"}``
@@ -314,7 +317,7 @@ class Watcher:
                         continue
                     self._known_files.add(rel)  # created before its directory was watched
                     self._emit({"op": "create", "path": rel, "synthetic": "scan"})
-                self._emit({"op": "close_write", "path": rel})
+                self._emit({"op": "close_write", "path": rel, **_log_content(path, rel)})
             elif mask & flags.MOVED_FROM:
                 self._pending_from[ev.cookie] = (path, is_dir)
             elif mask & flags.MOVED_TO:
@@ -331,6 +334,8 @@ class Watcher:
                     continue
                 src_path, _ = src
                 rec = {"op": "rename", "src": self._rel(src_path), "dst": rel}
+                if os.path.basename(os.path.dirname(path)) == "committing":
+                    rec.update(_log_content(path, rel))
                 if is_dir:
                     rec["kind"] = "dir"
                     self._rename_dir(src_path, path)
@@ -340,6 +345,24 @@ class Watcher:
                 self._emit(rec)
             elif mask & flags.DELETE:
                 self._deleted(path, is_dir)
+
+
+#: a transaction log longer than this is not copied into the trace
+LOG_CONTENT_LIMIT = 1 << 16
+
+
+def _log_content(path: str, rel: str) -> dict:
+    """``{"content": text}`` for a transaction log file that can still be read, else {}."""
+    if "transaction" not in Path(rel).parts[:-1]:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            data = f.read(LOG_CONTENT_LIMIT + 1)
+    except OSError:  # already renamed on or deleted: its earlier record has the content
+        return {}
+    if len(data) > LOG_CONTENT_LIMIT:
+        return {}
+    return {"content": data.decode("utf-8", errors="replace")}
 
 
 def read_trace(path: str | Path) -> list[dict]:

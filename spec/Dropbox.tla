@@ -43,10 +43,10 @@ AckModes == {"AUTO", "DUPS_OK", "CLIENT", "TRANSACTED"}
 Dirs     == {"working", "target", "processing", "processed", "expired", "error"}
 LogDirs  == {"none", "writing", "associated", "committing", "rolling-back"}
 TxMsgs   == UNION Txs
-TxOf(m)  == CHOOSE T \in Txs : m \in T
 
 ASSUME /\ Prod \notin Consumer /\ NoOne \notin Consumer
        /\ \A T1, T2 \in Txs : T1 = T2 \/ T1 \cap T2 = {}
+       /\ \A T \in Txs : T # {}
        /\ Expiring \subseteq Msg /\ Purgeable \subseteq Msg /\ MaxDel \in Nat \ {0}
        /\ \A c \in Consumer : Modes[c] \subseteq AckModes /\ Modes[c] # {}
 
@@ -107,6 +107,10 @@ ClientAckScope(c, i) == Range(held[c]) \* acknowledge() acks all consumed (1.2: 
 RedeliverCount(f) == f.n + 1           \* redelivery bumps JMSXDeliveryCount (mutant: keeps it)
 CommitLogDir == "committing"           \* the point of no return (mutant: stay in associated/)
 RollForwardDirs == {"committing"}      \* recovery rolls these forward (mutant: {})
+(* The receive side.                                                       *)
+AckingPcs == {"acking", "commit"}      \* session steps that ack (mutant: + recover, rollback)
+EarlyAckLogDirs == {}                  \* a commit acks before committing/ (mutant: {"associated"})
+OwnerGone(c) == ~alive[c]              \* the sweep takes c's files (mutant: from a live c too)
 
 (***************************************************************************)
 (* The refinement mapping: directory -> Channel state.  A file in working/ *)
@@ -128,12 +132,35 @@ AbsOwner(m) == IF AbsState(m) = "DELIVERED" THEN FileOf(m).c ELSE NoOne
 AbsRedelivered(m) == Has(m) /\ FileOf(m).n > 0
 AbsCount(m) == IF Has(m) THEN FileOf(m).n + 1 ELSE 1
 
+(* The receive side: a consumer's session is live while its process is;  *)
+(* its decision is read off its program counter: the listener returned   *)
+(* ("ret") or acknowledge() runs ("acking"): ack; its commit's log is    *)
+(* written but not yet in committing/ ("prepare"): commit; the listener  *)
+(* threw, recover() or rollback() runs: back.  The decision covers what  *)
+(* it lists (the listener's message, todo, the log) and is still         *)
+(* DELIVERED to the consumer.                                            *)
+AbsPending(c) ==
+    LET listed == CASE cpc[c] \in {"ret", "fail"}                   -> {cur[c]}
+                    [] cpc[c] \in {"acking", "recover", "rollback"} -> todo[c]
+                    [] cpc[c] = "prepare"                          -> logset[c]
+                    [] OTHER                                       -> {}
+    IN  IF ~alive[c] THEN {}
+        ELSE {m \in listed : InProc(m, c) /\ ~Committed(c, m)}   \* still DELIVERED to c
+AbsPhase(c) ==
+    IF AbsPending(c) = {} THEN "run"
+    ELSE CASE cpc[c] \in {"ret", "acking"} -> "ack"
+           [] cpc[c] = "prepare"           -> "commit"
+           [] OTHER                        -> "back"
+
 Ch == INSTANCE Channel WITH
         state <- [m \in Msg |-> AbsState(m)],
         owner <- [m \in Msg |-> AbsOwner(m)],
         redelivered <- [m \in Msg |-> AbsRedelivered(m)],
         dcount <- [m \in Msg |-> AbsCount(m)],
-        created <- created
+        created <- created,
+        live <- [c \in Consumer |-> alive[c]],
+        phase <- [c \in Consumer |-> AbsPhase(c)],
+        pending <- [c \in Consumer |-> AbsPending(c)]
 
 Init ==
     /\ fs = {}
@@ -318,7 +345,7 @@ Deliver(c) ==
     LET m == cur[c] IN
     /\ alive[c] /\ cpc[c] = "check"
     /\ m \notin expired
-    /\ FileOf(m).n + 1 <= MaxDel
+    /\ \E f \in fs : f.m = m /\ f.d = "processing" /\ f.c = c /\ f.n + 1 <= MaxDel
     /\ deliveries' = [deliveries EXCEPT ![m] = @ + 1]
     /\ held' = [held EXCEPT ![c] = Append(@, m)]
     /\ IF AutoLike(c)
@@ -416,11 +443,13 @@ Ack(c, m) ==
           /\ held' = [held EXCEPT ![c] = <<>>]
           /\ cur' = [cur EXCEPT ![c] = NoMsg]
           /\ UNCHANGED todo
-       \/ alive[c] /\ cpc[c] \in {"acking", "commit"} /\ m \in todo[c]
+       \/ alive[c] /\ cpc[c] \in AckingPcs /\ m \in todo[c]
           /\ todo' = [todo EXCEPT ![c] = @ \ {m}]
           /\ held' = [held EXCEPT ![c] = IF cpc[c] = "acking" THEN Remove(@, m) ELSE @]
           /\ UNCHANGED <<cpc, cur>>
        \/ ~alive[c] /\ log[c] \in RollForwardDirs /\ m \in logset[c]
+          /\ UNCHANGED <<cpc, cur, held, todo>>
+       \/ alive[c] /\ cpc[c] = "prepare" /\ log[c] \in EarlyAckLogDirs /\ m \in logset[c]
           /\ UNCHANGED <<cpc, cur, held, todo>>
     /\ \E f \in fs : f.m = m /\ f.d = "processing" /\ f.c = c
                      /\ Rename(f, Moved(f, "processed"))
@@ -442,7 +471,7 @@ Redeliver(c, m) ==
           /\ todo' = [todo EXCEPT ![c] = @ \ {m}]
           /\ held' = [held EXCEPT ![c] = Remove(@, m)]
           /\ UNCHANGED <<cpc, cur>>
-       \/ ~alive[c] /\ (log[c] \notin RollForwardDirs \/ m \notin logset[c])
+       \/ OwnerGone(c) /\ (log[c] \notin RollForwardDirs \/ m \notin logset[c])
           /\ UNCHANGED <<cpc, cur, held, todo>>
     /\ \E f \in fs : /\ f.m = m /\ f.d = "processing" /\ f.c = c
                      /\ f.n + 1 <= MaxDel
@@ -651,9 +680,22 @@ ExpiredNeverDelivered ==
 ClientAckAll ==
     [][\A c \in Consumer : (cpc[c] = "acking" /\ cpc'[c] = "idle") => held'[c] = <<>>]_vars
 
-(* Dropbox implements Channel.                                           *)
-Refinement == Ch!Spec
+(* Dropbox implements Channel: Ch!Spec, with the stuttering case first   *)
+(* (most Dropbox steps move no message; TLC tries disjuncts in order).  *)
+Refinement == Ch!Init /\ [][UNCHANGED Ch!cvars \/ Ch!Next]_vars
 ChannelInvariants == Ch!TypeOK /\ Ch!OneOwner /\ Ch!FlagMatchesCount /\ Ch!TxAtomic
+                     /\ Ch!PendingDelivered
+
+(* The receive side, named (each is also part of Refinement): a message  *)
+(* is acknowledged only by its live owner's acknowledge(), commit or     *)
+(* returned listener, and only if that decision covers it; ...           *)
+NoSpuriousAck == [][Ch!AckJustified]_vars
+(* ... put back only by recover(), rollback(), a listener that threw, or *)
+(* because its owner is dead; ...                                        *)
+NoSpuriousRedelivery == [][Ch!RedeliveryJustified]_vars
+(* ... and a transacted consumer's commit acknowledges all its receives  *)
+(* in one step (its log entering committing/), or none of them.          *)
+ReceiveTxAtomicity == [][Ch!ReceiveTxAllOrNothing]_vars
 
 (* Liveness: every NEW message is eventually consumed: acknowledged,     *)
 (* expired, dead-lettered (or purged by the operator).                   *)

@@ -25,6 +25,11 @@ OnlyClient == [c \in Consumer |-> {"CLIENT"}]
 OnlyAuto == [c \in Consumer |-> {"AUTO", "DUPS_OK"}]
 OnlyTx == [c \in Consumer |-> {"TRANSACTED"}]
 
+(* A state constraint for models whose races safety_race already covers:   *)
+(* no listing keeps an entry that has left target/.  A stale entry can only *)
+(* be dropped (LoseRace); a listing that merely misses newer entries stays. *)
+ListingsCurrent == \A c \in Consumer : \A m \in listing[c] : In(m, "target")
+
 (* ---- the mutants (one decision each, as 1.2 or a naive port gets it) ---- *)
 \* claim by copy instead of rename
 MutantClaimFiles(f, g) == fs \cup {g}
@@ -40,6 +45,12 @@ MutantRedeliverCount(f) == f.n
 MutantCommitLogDir == "associated"
 \* recovery rolls every log back, even one in committing/
 MutantRollForwardDirs == {}
+\* recover()/rollback() renames the session's messages to processed/ instead of target/
+MutantAckingPcs == {"acking", "commit", "recover", "rollback"}
+\* a transacted commit renames its receives to processed/ while its log is in associated/
+MutantEarlyAckLogDirs == {"associated"}
+\* the orphan sweep takes processing/ files of a consumer that is still alive
+MutantOwnerGone(c) == TRUE
 (***************************************************************************)
 (***************************************************************************)
 (* TLC figures for the mutants and witnesses (1 worker, `spec check`):     *)

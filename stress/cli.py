@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -60,9 +61,19 @@ def run_cmd(profile_name: str, out: Path, seed: int | None, only: tuple[str, ...
         click.echo(f"re-executing with LD_PRELOAD={faults.PRELOAD} (libfiu POSIX fault points)", err=True)
         sys.stdout.flush()
         faults.ensure_preloaded([sys.executable, "-m", "dropboxmq.cli"] + sys.argv[1:])
-    report = run.run_profile(cases, out)
-    for name, r in report["cases"].items():
-        _print_case(name, r)
+    started = time.perf_counter()
+    interactive = sys.stdout.isatty()
+
+    def progress(i: int, case, result: dict | None) -> None:
+        """Each case's figures as soon as it ends; on a terminal, which case runs now."""
+        if result is None:
+            if interactive:
+                click.echo(f"[{i + 1}/{len(cases)}] {case.name} (workload {case.workload.duration:g} s, "
+                           f"{time.perf_counter() - started:.0f} s elapsed) ...", err=True)
+        else:
+            _print_case(case.name, result)
+
+    report = run.run_profile(cases, out, on_case=progress)
     f = report["figures"]
     click.echo("total-queue: " + " ".join(f"{k}={f[k]}" for k in run.KEYS))
     click.echo(f"report: {out / 'report.json'}  {out / 'report.html'}  wall {report['wall']:.1f}s  "

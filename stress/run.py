@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import checker, nemesis
 from .history import History
@@ -381,7 +381,9 @@ def _liveness(hist_dir: Path, deadline: float) -> list[str]:
 # ---------------------------------------------------------------- a profile
 
 
-def run_profile(cases: list[Case], out: Path, scratch: Path | None = None, html: bool = True) -> dict:
+def run_profile(cases: list[Case], out: Path, scratch: Path | None = None, html: bool = True,
+                on_case: Callable[[int, Case, dict | None], None] | None = None) -> dict:
+    """Run every case; ``on_case(i, case, None)`` as case i starts, ``(i, case, result)`` when it ends."""
     import tempfile
 
     # import the library once, up front: workers are forked from here, and a tree being
@@ -396,8 +398,12 @@ def run_profile(cases: list[Case], out: Path, scratch: Path | None = None, html:
     started = time.time()
     results = {}
     try:
-        for case in cases:
+        for i, case in enumerate(cases):
+            if on_case is not None:
+                on_case(i, case, None)
             results[case.name] = run_case(case, out / case.name, scratch)
+            if on_case is not None:
+                on_case(i, case, results[case.name])
     finally:
         if own_scratch:
             import shutil

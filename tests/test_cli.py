@@ -111,7 +111,7 @@ def test_root_from_environment(tmp_path: Path) -> None:
     root = tmp_path / "env-root"
     ok(None, "init", "q", env={"DROPBOXMQ_ROOT": str(root)})
     assert (root / "q" / "incoming" / "target").is_dir()
-    ok(None, "send", "q", "via env", env={"DROPBOXMQ_ROOT": str(root)})
+    ok(None, "send", "q", "--create", "via env", env={"DROPBOXMQ_ROOT": str(root)})
     assert counts(root, "q")["target"] == 1
     # --root wins over the environment
     other = tmp_path / "other"
@@ -123,7 +123,7 @@ def test_default_root_is_var_dropbox(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)
     ok(None, "init", "q")
     assert (tmp_path / "var" / "dropbox" / "q" / "incoming" / "working").is_dir()
-    ok(None, "send", "q", "hi")
+    ok(None, "send", "q", "--create", "hi")
     assert [m["text"] for m in receive_json(None, "q")] == ["hi"]  # type: ignore[arg-type]
 
 
@@ -132,7 +132,7 @@ def test_default_root_is_var_dropbox(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_send_every_header_and_typed_property_round_trips(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    result = ok(root, "send", "q", "héllo wörld", "--priority", "7", "--ttl", "3600",
+    result = ok(root, "send", "q", "--create", "héllo wörld", "--priority", "7", "--ttl", "3600",
                 "--correlation-id", "corr-42", "--type", "OrderPlaced", "--reply-to", "replies",
                 "--property", "n=12:int", "--property", "big=9000000000:long", "--property", "b=-3:byte",
                 "--property", "s=7:short", "--property", "flag=true:boolean", "--property", "off=False:boolean",
@@ -161,7 +161,7 @@ def test_send_every_header_and_typed_property_round_trips(tmp_path: Path) -> Non
 
 def test_send_defaults(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "plain")
+    ok(root, "send", "q", "--create", "plain")
     [m] = receive_json(root, "q")
     assert (m["priority"], m["expiration"], m["correlation_id"], m["reply_to"], m["type"]) == (4, 0, None, None, None)
     assert m["delivery_mode"] == "PERSISTENT"
@@ -169,7 +169,7 @@ def test_send_defaults(tmp_path: Path) -> None:
 
 def test_send_non_persistent(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "fast", "--non-persistent")
+    ok(root, "send", "q", "--create", "fast", "--non-persistent")
     [m] = receive_json(root, "q")
     assert m["delivery_mode"] == "NON_PERSISTENT"
     assert m["text"] == "fast"
@@ -180,19 +180,22 @@ def test_send_body_from_file_and_stdin(tmp_path: Path) -> None:
     root = tmp_path / "r"
     body = tmp_path / "body.txt"
     body.write_text("from a file\nline two\n", encoding="utf-8")
-    ok(root, "send", "q", "--file", str(body))
-    ok(root, "send", "q", input="from stdin")
-    ok(root, "send", "q", "--file", "-", input="from stdin via -")
-    texts = [m["text"] for m in receive_json(root, "q", "-n", "0")]
-    assert texts == ["from a file\nline two\n", "from stdin", "from stdin via -"]
+    ok(root, "send", "q", "--create", "--file", str(body), "--text")
+    ok(root, "send", "q", "--create", input="from stdin")
+    ok(root, "send", "q", "--create", "--file", "-", "--text", input="from stdin via -")
+    ok(root, "send", "q", "--create", "--file", str(body))  # a file is bytes unless --text
+    *texts, last = receive_json(root, "q", "-n", "0")
+    assert [m["text"] for m in texts] == ["from a file\nline two\n", "from stdin", "from stdin via -"]
+    assert [m["class"] for m in texts] == ["T", "T", "T"]
+    assert last["class"] == "B" and bytes.fromhex(last["body_hex"]) == body.read_bytes()
 
 
 def test_send_bytes(tmp_path: Path) -> None:
     root = tmp_path / "r"
     raw = bytes(range(256))
     (tmp_path / "blob").write_bytes(raw)
-    ok(root, "send", "q", "--bytes", "--file", str(tmp_path / "blob"))
-    ok(root, "send", "q", "--bytes", input=b"\xff\x00\xfe")
+    ok(root, "send", "q", "--create", "--bytes", "--file", str(tmp_path / "blob"))
+    ok(root, "send", "q", "--create", "--bytes", input=b"\xff\x00\xfe")
     first, second = receive_json(root, "q", "-n", "2")
     assert first["class"] == "B" and bytes.fromhex(first["body_hex"]) == raw
     assert bytes.fromhex(second["body_hex"]) == b"\xff\x00\xfe"
@@ -201,8 +204,8 @@ def test_send_bytes(tmp_path: Path) -> None:
 
 def test_send_count_and_priority_order(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ids_low = ok(root, "send", "q", "low", "--count", "3", "--priority", "1").stdout.split()
-    ids_high = ok(root, "send", "q", "high", "-n", "2", "-p", "9").stdout.split()
+    ids_low = ok(root, "send", "q", "--create", "low", "--count", "3", "--priority", "1").stdout.split()
+    ids_high = ok(root, "send", "q", "--create", "high", "-n", "2", "-p", "9").stdout.split()
     assert len(ids_low) == 3 and len(ids_high) == 2 and len(set(ids_low + ids_high)) == 5
     got = receive_json(root, "q", "-n", "0")
     assert [m["id"] for m in got] == ids_high + ids_low  # priority first, then send order
@@ -210,7 +213,7 @@ def test_send_count_and_priority_order(tmp_path: Path) -> None:
 
 def test_send_transacted(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ids = ok(root, "send", "q", "tx", "--count", "5", "--transacted").stdout.split()
+    ids = ok(root, "send", "q", "--create", "tx", "--count", "5", "--transacted").stdout.split()
     assert len(ids) == 5
     assert counts(root, "q")["target"] == 5 and counts(root, "q")["working"] == 0
     assert [m["id"] for m in receive_json(root, "q", "-n", "0")] == ids
@@ -218,7 +221,7 @@ def test_send_transacted(tmp_path: Path) -> None:
 
 def test_send_many_shows_a_summary(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    result = ok(root, "send", "q", "x", "--count", "1000", "--non-persistent")
+    result = ok(root, "send", "q", "--create", "x", "--count", "1000", "--non-persistent")
     assert "sent 1000 messages to q" in result.stdout
     assert counts(root, "q")["target"] == 1000
 
@@ -231,14 +234,14 @@ def test_receive_empty_queue_exits_3(tmp_path: Path) -> None:
     assert "no message in q" in result.stderr
     result = run(root, "receive", "q", "--json")
     assert result.exit_code == 3 and result.stdout == ""
-    ok(root, "send", "q", "one")
+    ok(root, "send", "q", "--create", "one")
     ok(root, "receive", "q")
     assert run(root, "receive", "q", "--timeout", "0.05").exit_code == 3
 
 
 def test_receive_count_zero_drains(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "m", "-n", "4")
+    ok(root, "send", "q", "--create", "m", "-n", "4")
     result = ok(root, "receive", "q", "-n", "0")
     assert len(result.stdout.splitlines()) == 4
     assert counts(root, "q")["processed"] == 4
@@ -247,7 +250,7 @@ def test_receive_count_zero_drains(tmp_path: Path) -> None:
 
 def test_receive_plain_output_is_never_markup(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "[/red] [bold]not markup[/bold] " + "word " * 40)
+    ok(root, "send", "q", "--create", "[/red] [bold]not markup[/bold] " + "word " * 40)
     browsed = ok(root, "browse", "q").stdout
     received = ok(root, "receive", "q").stdout
     for out in (browsed, received):
@@ -257,9 +260,9 @@ def test_receive_plain_output_is_never_markup(tmp_path: Path) -> None:
 
 def test_receive_with_selector(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "eu", "--property", "region=eu", "--property", "n=1:int")
-    ok(root, "send", "q", "us", "--property", "region=us", "--property", "n=2:int")
-    ok(root, "send", "q", "eu-urgent", "--property", "region=eu", "--property", "n=3:int", "-p", "8")
+    ok(root, "send", "q", "--create", "eu", "--property", "region=eu", "--property", "n=1:int")
+    ok(root, "send", "q", "--create", "us", "--property", "region=us", "--property", "n=2:int")
+    ok(root, "send", "q", "--create", "eu-urgent", "--property", "region=eu", "--property", "n=3:int", "-p", "8")
     got = receive_json(root, "q", "-n", "0", "--selector", "region = 'eu' AND n >= 1")
     assert [m["text"] for m in got] == ["eu-urgent", "eu"]
     assert run(root, "receive", "q", "--selector", "region = 'eu'").exit_code == 3
@@ -268,8 +271,8 @@ def test_receive_with_selector(tmp_path: Path) -> None:
 
 def test_receive_client_ack_mode(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "a")
-    ok(root, "send", "q", "b")
+    ok(root, "send", "q", "--create", "a")
+    ok(root, "send", "q", "--create", "b")
     got = receive_json(root, "q", "-n", "2", "--ack-mode", "client")
     assert [m["text"] for m in got] == ["a", "b"]
     assert counts(root, "q")["processed"] == 2 and counts(root, "q")["processing"] == 0
@@ -278,7 +281,7 @@ def test_receive_client_ack_mode(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["transacted", "dups-ok"])
 def test_receive_other_ack_modes(tmp_path: Path, mode: str) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "x", "-n", "3")
+    ok(root, "send", "q", "--create", "x", "-n", "3")
     assert len(receive_json(root, "q", "-n", "0", "--ack-mode", mode)) == 3
     c = counts(root, "q")
     assert (c["processed"], c["processing"], c["target"]) == (3, 0, 0)
@@ -286,8 +289,8 @@ def test_receive_other_ack_modes(tmp_path: Path, mode: str) -> None:
 
 def test_expired_messages_are_not_received(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "short-lived", "--ttl", "0.001")
-    ok(root, "send", "q", "lasting")
+    ok(root, "send", "q", "--create", "short-lived", "--ttl", "0.001")
+    ok(root, "send", "q", "--create", "lasting")
     import time
 
     time.sleep(0.01)
@@ -300,10 +303,10 @@ def test_expired_messages_are_not_received(tmp_path: Path) -> None:
 
 def test_browse_moves_nothing_and_shows_delivery_order(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "p1-first", "-p", "1")
-    ok(root, "send", "q", "p5", "-p", "5")
-    ok(root, "send", "q", "p1-second", "-p", "1")
-    ok(root, "send", "q", "p9", "-p", "9")
+    ok(root, "send", "q", "--create", "p1-first", "-p", "1")
+    ok(root, "send", "q", "--create", "p5", "-p", "5")
+    ok(root, "send", "q", "--create", "p1-second", "-p", "1")
+    ok(root, "send", "q", "--create", "p9", "-p", "9")
     before = ls(root, "q", "target")
     got = browse_json(root, "q")
     assert [m["text"] for m in got] == ["p9", "p5", "p1-first", "p1-second"]
@@ -321,23 +324,25 @@ def test_browse_moves_nothing_and_shows_delivery_order(tmp_path: Path) -> None:
 def test_stat_table_and_json(tmp_path: Path) -> None:
     root = tmp_path / "r"
     ok(root, "init", "empty")
-    ok(root, "send", "busy", "x", "-n", "3")
+    ok(root, "send", "busy", "--create", "x", "-n", "3")
     ok(root, "receive", "busy")
     stats = json.loads(ok(root, "stat", "--json").stdout)
+    assert stats["busy"]["oldest_age_seconds"] >= 0
     assert stats == {
-        "busy": {"working": 0, "target": 2, "processing": 0, "processed": 1, "expired": 0, "error": 0},
-        "empty": {s: 0 for s in STATES},
+        "busy": {"working": 0, "target": 2, "processing": 0, "processed": 1, "expired": 0, "error": 0,
+                 "oldest_age_seconds": stats["busy"]["oldest_age_seconds"]},
+        "empty": {**{s: 0 for s in STATES}, "oldest_age_seconds": None},
     }
     table = ok(root, "stat").stdout
     for word in ("busy", "empty", *STATES):
         assert word in table
     busy_row = next(line for line in table.splitlines() if "busy" in line)
-    assert [int(t) for t in busy_row.replace("│", " ").split()[1:]] == [0, 2, 0, 1, 0, 0]
+    assert [int(t) for t in busy_row.replace("│", " ").split()[1:7]] == [0, 2, 0, 1, 0, 0]
 
 
 def test_recover_prints_a_json_report(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "x")
+    ok(root, "send", "q", "--create", "x")
     # a message claimed by a client that never registered here (a 1.2 or script consumer)
     target = root / "q" / "incoming" / "target"
     [name] = os.listdir(target)
@@ -396,7 +401,7 @@ def test_recover_quarantines_orphans(tmp_path: Path) -> None:
 
 def test_purge(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "x", "-n", "3")
+    ok(root, "send", "q", "--create", "x", "-n", "3")
     ok(root, "receive", "q")
     result = run(root, "purge", "q", input="n\n")
     assert result.exit_code != 0 and counts(root, "q")["target"] == 2  # declined: nothing deleted
@@ -404,7 +409,7 @@ def test_purge(tmp_path: Path) -> None:
     assert counts(root, "q")["target"] == 0 and counts(root, "q")["processed"] == 1
     assert "purged 1" in ok(root, "purge", "q", "-y", "--state", "processed").stdout
     assert counts(root, "q") == {s: 0 for s in STATES}
-    ok(root, "send", "q", "y")
+    ok(root, "send", "q", "--create", "y")
     assert "purged 1" in ok(root, "purge", "q", input="y\n").stdout
 
 
@@ -423,7 +428,7 @@ def test_invalid_queue_names(tmp_path: Path, verb: str, name: str) -> None:
 
 
 def test_invalid_reply_to(tmp_path: Path) -> None:
-    assert_one_line_error(run(tmp_path / "r", "send", "q", "x", "--reply-to", "../etc"), "queue name")
+    assert_one_line_error(run(tmp_path / "r", "send", "q", "--create", "x", "--reply-to", "../etc"), "queue name")
 
 
 @pytest.mark.parametrize("prop,fragment", [
@@ -436,13 +441,13 @@ def test_invalid_reply_to(tmp_path: Path) -> None:
     ("x=nope:double", "--property"),
 ])
 def test_bad_property(tmp_path: Path, prop: str, fragment: str) -> None:
-    result = run(tmp_path / "r", "send", "q", "x", "--property", prop)
+    result = run(tmp_path / "r", "send", "q", "--create", "x", "--property", prop)
     assert_one_line_error(result, fragment, code=2)
 
 
 def test_priority_out_of_range(tmp_path: Path) -> None:
-    assert_one_line_error(run(tmp_path / "r", "send", "q", "x", "--priority", "12"), "priority", code=2)
-    assert_one_line_error(run(tmp_path / "r", "send", "q", "x", "--ttl", "-1"), "ttl", code=2)
+    assert_one_line_error(run(tmp_path / "r", "send", "q", "--create", "x", "--priority", "12"), "priority", code=2)
+    assert_one_line_error(run(tmp_path / "r", "send", "q", "--create", "x", "--ttl", "-1"), "ttl", code=2)
 
 
 def test_missing_root(tmp_path: Path) -> None:
@@ -454,22 +459,26 @@ def test_missing_root(tmp_path: Path) -> None:
     assert_one_line_error(run(tmp_path / "r", "purge", "q", "--yes"), "no queue 'q'")
 
 
-def test_body_not_utf8_without_bytes(tmp_path: Path) -> None:
+def test_body_not_utf8_with_text(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    assert_one_line_error(run(root, "send", "q", input=b"\xff\xfe bad"), "utf-8", "--bytes")
-    (tmp_path / "bin").write_bytes(b"ok\x80")
-    assert_one_line_error(run(root, "send", "q", "--file", str(tmp_path / "bin")), "utf-8")
+    assert_one_line_error(run(root, "send", "q", "--create", "--text", input=b"\xff\xfe bad"), "utf-8", "--text")
+    (tmp_path / "bin").write_bytes(b"ok" * 100_000 + b"\x80")
+    assert_one_line_error(run(root, "send", "q", "--create", "--text", "--file", str(tmp_path / "bin")),
+                          "utf-8", "byte 200000")
     assert counts(root, "q")["target"] == 0
+    ok(root, "send", "q", "--create", input=b"\xff\xfe raw")  # not UTF-8 and no --text: a BytesMessage
+    [m] = receive_json(root, "q")
+    assert m["class"] == "B" and bytes.fromhex(m["body_hex"]) == b"\xff\xfe raw"
 
 
 def test_body_and_file_together(tmp_path: Path) -> None:
     (tmp_path / "b").write_text("x")
-    assert_one_line_error(run(tmp_path / "r", "send", "q", "body", "--file", str(tmp_path / "b")), "not both")
+    assert_one_line_error(run(tmp_path / "r", "send", "q", "--create", "body", "--file", str(tmp_path / "b")), "not both")
 
 
 def test_selector_syntax_error(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    ok(root, "send", "q", "x")
+    ok(root, "send", "q", "--create", "x")
     for verb in ("receive", "browse"):
         result = run(root, verb, "q", "--selector", "region = = 'eu'")
         assert_one_line_error(result, "selector", code=1)
@@ -478,7 +487,7 @@ def test_selector_syntax_error(tmp_path: Path) -> None:
 
 def test_name_over_255_bytes(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    result = run(root, "send", "q", "x", "--correlation-id", "c" * 300)
+    result = run(root, "send", "q", "--create", "x", "--correlation-id", "c" * 300)
     assert_one_line_error(result, "255")
     assert counts(root, "q") == {s: 0 for s in STATES}
 
@@ -517,7 +526,7 @@ def _real(*args: str, root: Path, input: bytes | None = None, env_root: bool = F
 
 def test_installed_entry_point_round_trip(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    sent = _real("send", "q", "--property", "k=v", "-p", "6", root=root, input=b"through a pipe")
+    sent = _real("send", "q", "--create", "--property", "k=v", "-p", "6", root=root, input=b"through a pipe")
     assert sent.returncode == 0, sent.stderr
     got = _real("receive", "q", "--json", root=root, env_root=True)
     assert got.returncode == 0, got.stderr
@@ -528,7 +537,7 @@ def test_installed_entry_point_round_trip(tmp_path: Path) -> None:
 
 
 def test_installed_entry_point_errors_are_one_line(tmp_path: Path) -> None:
-    for args in (["send", "a/b", "x"], ["send", "q", "x", "--priority", "12"],
+    for args in (["send", "a/b", "x"], ["send", "q", "--create", "x", "--priority", "12"],
                  ["receive", "q", "--selector", "a = = 1"], ["--root", str(tmp_path / "none"), "stat"]):
         result = _real(*args, root=tmp_path / "r")
         err = result.stderr.decode()
@@ -539,7 +548,7 @@ def test_installed_entry_point_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_installed_entry_point_closed_pipe_is_quiet(tmp_path: Path) -> None:
     root = tmp_path / "r"
-    assert _real("send", "q", "x" * 1000, "-n", "200", "--non-persistent", root=root).returncode == 0
+    assert _real("send", "q", "--create", "x" * 1000, "-n", "200", "--non-persistent", root=root).returncode == 0
     proc = subprocess.Popen([DMQ, "--root", str(root), "browse", "q"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None

@@ -334,6 +334,29 @@ def test_watcher_pairs_renames_by_cookie_and_follows_new_directories(tmp_path):
     assert not w.overflowed and not w.gaps
 
 
+def test_watcher_records_a_transaction_logs_content(tmp_path):
+    """The spec's trace validation checks a commit against what its log lists: the
+    watcher copies the log's text at close_write and at the rename into committing/."""
+    root = tmp_path / "root"
+    tx = root / "dropboxmq" / "transaction"
+    for d in ("associated", "committing"):
+        (tx / d).mkdir(parents=True)
+    (root / "Q1" / "incoming" / "working").mkdir(parents=True)
+    text = '{"kind": "send", "box": "Q1/incoming", "name": "4.1-1.T"}\n'
+    with Watcher(root, tmp_path / "trace.jsonl") as w:
+        (tx / "associated" / "cli~s~1").write_text(text)
+        # (a log renamed before the watcher read its close_write has its text on the rename)
+        assert w.wait_for(lambda recs: any(r["op"] == "close_write" for r in recs), 10)
+        os.rename(tx / "associated" / "cli~s~1", tx / "committing" / "cli~s~1")
+        (root / "Q1/incoming/working/4.1-1.T").write_text("body")
+        assert w.wait_for(lambda recs: len([r for r in recs if r.get("kind") != "dir"]) >= 5, 10)
+    recs = [r for r in read_trace(tmp_path / "trace.jsonl") if r.get("kind") != "dir"]
+    close, rename = recs[1], recs[2]
+    assert close["op"] == "close_write" and close["content"] == text
+    assert rename["op"] == "rename" and rename["content"] == text
+    assert all("content" not in r for r in recs[3:])   # a message file's text is not copied
+
+
 def test_watcher_pairs_injected_moves_and_reports_unpaired_ones(tmp_path):
     (tmp_path / "a").mkdir()
     w = Watcher(tmp_path, start_thread=False).start()

@@ -7,11 +7,15 @@ locally with ``pytest -m "not spark"``.
 from __future__ import annotations
 
 import collections
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +26,7 @@ pytest.importorskip("pyspark")
 from spark_fixtures import spark, spark_env  # noqa: E402,F401  (the session fixture)
 
 from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection  # noqa: E402
+from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -224,71 +228,263 @@ def test_stream_read_claims_caps_batches_and_acks_in_commit(spark, tmp_path):
     assert ls(root, "in", "target") == ls(root, "in", "processing") == []
 
 
-_KILLED_JOB = textwrap.dedent("""
+# ---------------------------------------------------------------- exactly-once as people run it (issue 16)
+
+
+class Competitor(threading.Thread):
+    """A plain library consumer on the same queue (auto-acknowledge, periodic dead-owner reclaim).
+    ``finish()`` lets it drain what is left and stop."""
+
+    def __init__(self, root: Path, queue: str):
+        super().__init__(daemon=True)
+        self.root, self.queue = root, queue
+        self.got: list[bytes] = []
+        self.started_receiving = threading.Event()
+        self._finish = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            every_receive = Settings(recovery_interval=0.0)  # reclaim dead owners at every receive
+            with Connection(self.root, client_id="plain-competitor", settings=every_receive) as conn:
+                c = conn.create_session().create_consumer(Queue(self.queue))
+                self.started_receiving.set()
+                while True:
+                    m = c.receive(timeout=0.2)
+                    if m is not None:
+                        self.got.append(m.body)
+                    elif self._finish.is_set():
+                        return
+        except BaseException as exc:  # noqa: BLE001 -- reported by finish()
+            self.error = exc
+            self.started_receiving.set()
+
+    def finish(self) -> list[bytes]:
+        self._finish.set()
+        self.join(120)
+        assert not self.is_alive() and self.error is None, self.error
+        return self.got
+
+
+def _available_now(spark, root: Path, ck: str, sink: str):
+    """The query of the acceptance test: drain the backlog, 500 a batch, exactly once into Parquet."""
+    q = (spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ck)
+         .option("maxMessagesPerTrigger", 500).load("in")
+         .select("text", "message_id", "redelivered")
+         .writeStream.format("parquet").option("path", sink).option("checkpointLocation", ck)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    assert not q.isActive and q.exception() is None, q.exception()
+    return q
+
+
+def _sink_texts(spark, sink: str) -> list[bytes]:
+    return [r.text.encode() for r in spark.read.parquet(sink).select("text").collect()]
+
+
+def _recover_cli(root: Path, release: str | None = None) -> dict:
+    """``dropboxmq recover`` (``--release CLIENT``: the operator says that query is gone for good)."""
+    out = subprocess.run([str(Path(sys.executable).parent / "dropboxmq"), "recover",
+                          *(("--release", release) if release else ())], check=True,
+                         capture_output=True, text=True, env={**os.environ, "DROPBOXMQ_ROOT": str(root)})
+    return json.loads(out.stdout)
+
+
+_GATED_JOB = textwrap.dedent("""
     import os, sys, time
     from pyspark.sql import SparkSession, functions as F
-    root, ck = sys.argv[1], sys.argv[2]
+    root, ck, sink, gate, marker = sys.argv[1:6]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from dropboxmq.spark import register
-    register(spark)
 
     @F.udf("string")
-    def slow(text):
-        time.sleep(0.03)   # a slow pipeline: the kill lands mid-stream
+    def gated(text):
+        if text == gate:  # the batch holding the gate message is in progress: say so, stay in it
+            open(marker, "w").close()
+            parent = os.getppid()
+            while os.getppid() == parent:  # until the kill takes our parent (then exit too)
+                time.sleep(0.05)
         return text
 
-    src = (spark.readStream.format("dropboxmq").option("root", root).option("checkpointLocation", ck)
-           .option("maxMessagesPerTrigger", 20).load("in"))
-    q = (src.select(slow("text").alias("text")).writeStream.format("dropboxmq").option("root", root)
-         .option("checkpointLocation", ck).start("out"))
+    q = (spark.readStream.format("dropboxmq").option("root", root).option("checkpointLocation", ck)
+         .option("maxMessagesPerTrigger", 500).load("in")
+         .select(gated("text").alias("text"), "message_id", "redelivered")
+         .writeStream.format("parquet").option("path", sink).option("checkpointLocation", ck)
+         .trigger(availableNow=True).start())
     q.awaitTermination()
 """)
 
 
-def _restartable_query(spark, root: Path, ck: str):
-    from pyspark.sql import functions as F
-
-    src = (spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ck)
-           .option("maxMessagesPerTrigger", 50).load("in"))
-    return (src.select(F.col("text")).writeStream.format("dropboxmq").option("root", str(root))
-            .option("checkpointLocation", ck).start("out"))
-
-
-def test_kill_9_of_the_driver_then_restart_delivers_every_message_exactly_once(spark, tmp_path):
+def test_available_now_recover_competitor_and_kill_9_deliver_every_message_exactly_once(spark, tmp_path):
     root = tmp_path / "root"
-    n = 200
-    expected = send(root, "in", n)
-    ck = str(tmp_path / "ck")
-    script = tmp_path / "job.py"
-    script.write_text(_KILLED_JOB)
-    job = subprocess.Popen([sys.executable, str(script), str(root), ck], env={**os.environ, **spark_env()},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 240
-    try:
-        while True:  # mid-stream: some batches in out/, a batch claimed and not yet acknowledged
-            delivered = len(ls(root, "out", "target"))
-            if delivered >= 40 and ls(root, "in", "processing") and ls(root, "in", "target"):
-                break
-            assert job.poll() is None, "the streaming job died by itself"
-            assert time.monotonic() < deadline, f"the streaming job made no progress ({delivered} delivered)"
-            time.sleep(0.02)
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers: kill -9
-        job.wait()
-    in_flight = ls(root, "in", "processing")
-    assert in_flight and all(p.startswith("spark-") for p in in_flight)
-    assert 0 < len(ls(root, "out", "target")) < n
+    ck, sink = str(tmp_path / "ck"), str(tmp_path / "sink")
 
-    q = _restartable_query(spark, root, ck)  # the same checkpoint: the same consumer and sink
+    # 1. one availableNow run drains a 3,000 backlog in batches of 500 and leaves nothing claimed
+    first = send(root, "in", 3000, "a")
+    q = _available_now(spark, root, ck, sink)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sizes == [500] * 6, sizes
+    assert collections.Counter(_sink_texts(spark, sink)) == collections.Counter(first)
+    assert ls(root, "in", "processing") == ls(root, "in", "target") == []
+    assert len(ls(root, "in", "processed")) == 3000
+
+    # 2. a routine recover, then 1,000 more while a plain consumer competes; the query runs again
+    assert _recover_cli(root)["redelivered"] == 0
+    rival = Competitor(root, "in")
+    rival.start()
+    rival.started_receiving.wait(60)
+    second = send(root, "in", 1000, "b")
+    _available_now(spark, root, ck, sink)
+    rival_got = rival.finish()
+    together = collections.Counter(_sink_texts(spark, sink)) + collections.Counter(rival_got)
+    assert together == collections.Counter(first + second), (
+        f"twice: {[b for b, c in together.items() if c > 1][:5]}, missing: {len(set(first + second) - set(together))}")
+    assert ls(root, "in", "processing") == ls(root, "in", "target") == []
+
+    # 3. kill -9 of the driver while a batch is in progress, recover, a competitor, a restart
+    third = send(root, "in", 1000, "c")
+    marker = tmp_path / "batch-in-progress"
+    script = tmp_path / "job.py"
+    script.write_text(_GATED_JOB)
+    job = subprocess.Popen([sys.executable, str(script), str(root), ck, sink, "c700", str(marker)],
+                           env={**os.environ, **spark_env()}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        q.processAllAvailable()
+        while not marker.exists():  # the event: the gated batch is being processed
+            assert job.poll() is None, "the streaming job ended by itself"
+            time.sleep(0.05)
     finally:
-        q.stop()
-    got = bodies(root, "out")
-    assert got == collections.Counter(expected), (
-        f"duplicates: {[b for b, c in got.items() if c > 1][:5]}, missing: {set(expected) - set(got)}")
-    assert len(ls(root, "in", "processed")) == n
-    assert ls(root, "in", "target") == ls(root, "in", "processing") == []
-    assert ls(root, "out", "working") == []
+        os.killpg(job.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        job.wait()
+    held = ls(root, "in", "processing")
+    assert held and all(p.startswith("spark-") for p in held)
+    assert _recover_cli(root)["redelivered"] == 0  # the checkpoint still owns the batch
+    rival = Competitor(root, "in")
+    rival.start()
+    rival.started_receiving.wait(60)
+    fourth = send(root, "in", 500, "d")
+    assert set(ls(root, "in", "processing")) >= set(held)  # the competitor's reclaim left them too
+    _available_now(spark, root, ck, sink)
+    rival_got += rival.finish()
+    rows = spark.read.parquet(sink).select("text", "redelivered").collect()
+    together = collections.Counter(r.text.encode() for r in rows) + collections.Counter(rival_got)
+    everything = first + second + third + fourth
+    assert together == collections.Counter(everything), (
+        f"twice: {[b for b, c in together.items() if c > 1][:5]}, missing: {len(set(everything) - set(together))}")
+    assert ls(root, "in", "processing") == ls(root, "in", "target") == []
+    replayed = {r.text for r in rows if r.redelivered}
+    assert "c700" in replayed  # the killed batch came back marked redelivered
+    assert len(ls(root, "in", "processed")) == len(everything)
+
+
+def test_claims_belong_to_the_checkpoint_until_it_is_deleted_or_released(tmp_path):
+    """A dead query's claims survive recover and every consumer's reclaim while its checkpoint
+    exists; deleting the checkpoint, or ``recover --release CLIENT``, gives them back."""
+    from dropboxmq.clients import hold_for_checkpoint
+    from dropboxmq.session import reclaim_dead_owners
+    from dropboxmq.spark import DropboxMQStreamReader
+
+    root = tmp_path / "root"
+    send(root, "in", 10)
+    def delete(ck: Path, client: str) -> dict:
+        shutil.rmtree(ck)
+        return _recover_cli(root)
+
+    for run, gone in (("deleted", delete), ("released", lambda ck, client: _recover_cli(root, client))):
+        ck = tmp_path / f"ck-{run}"
+        ck.mkdir()
+        reader = DropboxMQStreamReader({"root": str(root), "path": "in", "checkpointLocation": str(ck),
+                                        "maxMessagesPerTrigger": "4"})
+        reader.latestOffset(reader.initialOffset(), None)
+        reader.stop()  # the process is gone (its registration released): only the hold remains
+        claimed = ls(root, "in", "processing")
+        assert len(claimed) == 4
+        from dropboxmq import layout
+        assert reclaim_dead_owners(root, layout.queue_box(root, Queue("in"))) == 0
+        assert _recover_cli(root)["redelivered"] == 0 and ls(root, "in", "processing") == claimed
+        assert gone(ck, reader.client_id)["redelivered"] == 4 and ls(root, "in", "processing") == []
+        assert len(ls(root, "in", "target")) == 10
+    hold_for_checkpoint(root, "nobody", str(tmp_path))
+    with pytest.raises(subprocess.CalledProcessError):
+        _recover_cli(root, "somebody-else")
+
+
+def _readme_spark_snippets() -> list[str]:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Spark\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_every_readme_spark_snippet_runs_as_written(spark, tmp_path):
+    """The snippets of README's Spark section, executed verbatim in a session that never called
+    ``register`` (the data source is found as an installed package)."""
+    snippets = _readme_spark_snippets()
+    assert len(snippets) >= 2 and not any("register(" in s for s in snippets)
+    root = tmp_path / "root"
+    with Connection(root) as conn:
+        p = conn.create_session().create_producer(Queue("orders"))
+        for i in range(12):
+            m = TextMessage(body=f"order {i}".encode())
+            m.set_property("amount", i + 0.5)
+            m.set_property("region", "eu" if i % 2 else "us")
+            p.send(m)
+    scope = {"spark": spark, "root": str(root), "checkpoint": str(tmp_path / "ck"), "out": str(tmp_path / "out")}
+    for snippet in snippets:
+        exec(compile(snippet, "README.md", "exec"), scope)  # noqa: S102 -- the README's own code
+    assert sorted(bodies(root, "orders-copy").elements()) == sorted(f"order {i}".encode() for i in range(12))
+    got = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.text, r.amount) for r in got) == sorted((f"order {i}", i + 0.5) for i in range(12))
+    assert ls(root, "orders", "processing") == ls(root, "orders", "target") == []
+
+
+def test_missing_root_or_checkpoint_is_one_line_naming_the_option(spark, tmp_path, monkeypatch):
+    monkeypatch.delenv("DROPBOXMQ_ROOT", raising=False)
+    with pytest.raises(Exception) as e:
+        spark.read.format("dropboxmq").load("q").collect()
+    # Spark puts the worker's traceback (pyspark frames removed: simplified tracebacks are on by
+    # default) in its message; the cause is one line naming the option
+    assert "ValueError: dropboxmq: give the root with .option('root', DIR) (or set DROPBOXMQ_ROOT)" in (
+        str(e.value).splitlines()), str(e.value)
+    q = (spark.readStream.format("dropboxmq").option("root", str(tmp_path)).load("q")
+         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start())
+    with pytest.raises(Exception) as e:
+        q.awaitTermination(120)
+    assert ("ValueError: dropboxmq: a streaming read needs .option('checkpointLocation', DIR) on readStream too "
+            "(the same DIR as the query's)") in str(e.value).splitlines(), str(e.value)
+
+
+def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
+    """Claims left by a stopped run: a batch the checkpoint shows committed is acknowledged, a
+    logged batch not committed stays claimed and is replayed marked redelivered, a claim no
+    logged batch names goes back redelivered."""
+    from dropboxmq.codec import decode_name
+    from dropboxmq.spark import DropboxMQStreamReader
+
+    root, ck = tmp_path / "root", tmp_path / "ck"
+    send(root, "in", 9)
+    opts = {"root": str(root), "path": "in", "checkpointLocation": str(ck), "maxMessagesPerTrigger": "3"}
+    first = DropboxMQStreamReader(opts)
+    offsets = [first.initialOffset()]
+    for _ in range(3):
+        offsets.append(first.latestOffset(offsets[-1], None))
+    first.stop()
+    assert len(ls(root, "in", "processing")) == 9
+    # what Spark wrote before the stop: batches 0 and 1 planned, batch 0 committed by the sink
+    for d in ("offsets", "commits"):
+        (ck / d).mkdir(parents=True)
+    for batch in (0, 1):
+        (ck / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(offsets[batch + 1])}")
+    (ck / "commits" / "0").write_text("v1\n{}")
+
+    again = DropboxMQStreamReader(opts)
+    assert again.initialOffset()["seq"] == 1
+    assert len(ls(root, "in", "processed")) == 3  # batch 0: the sink has it
+    back = ls(root, "in", "target")
+    assert len(back) == 3 and all(decode_name(n).redelivered for n in back)  # never logged
+    assert len(ls(root, "in", "processing")) == 3  # batch 1: Spark replays it
+    rows = [r for p in again.partitions(offsets[1], offsets[2]) for r in again.read(p)]
+    assert len(rows) == 3 and all(r[13] for r in rows)  # redelivered
+    again.commit(offsets[2])
+    again.stop()
+    assert len(ls(root, "in", "processed")) == 6 and ls(root, "in", "processing") == []

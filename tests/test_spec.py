@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_quick_ci_model_passes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["safety_client_tx", "topics"])
+@pytest.mark.parametrize("name", ["safety_client_tx", "topics", "topicsliveness"])
 def test_ci_model_passes(name):
     o = sc.run_model(ALL[name], SPEC, workers="1")
     assert o.ok, o.result.output[-3000:]
@@ -81,7 +82,7 @@ def test_mutant_is_rejected(name):
     m = ALL[name]
     o = sc.run_model(m, SPEC, workers="1")
     assert o.result.exit_code == m.expect_code, o.result.output[-3000:]
-    assert sc._refinement_name(o.result) == m.expect_prop
+    assert sc.violated_property(o.result) == m.expect_prop
 
 
 @pytest.mark.slow
@@ -105,7 +106,7 @@ def test_tlc_output_parsing():
     assert cov == {"Claim": 9, "Ack": 0}
     res = sc.TlcResult(13, 1.0, 1, 1, None,
                        "Error: Action property line 145, col 17 to line 145, col 30 of module Channel is violated.")
-    assert sc._refinement_name(res) == "Refinement"
+    assert sc.violated_property(res) == "Refinement"
 
 
 def test_render_trace_follows_identity_through_renames():
@@ -188,3 +189,86 @@ def test_two_consumer_race_trace_is_accepted_and_a_double_claim_rejected(tmp_pat
     v_good, v_bad = sc.validate_traces([good, bad], timeout=300)
     assert v_good.accepted, v_good
     assert not v_bad.accepted and v_bad.decided and v_bad.first_bad == 91
+
+
+#: mutants of the receive side that the stricter Channel rejects as a refinement
+#: violation too (their configs name a readable property, checked first)
+REFINEMENT_MUTANTS = ["mutant:recover_acks", "mutant:commit_acks_early", "mutant:sweep_live_owner",
+                      "mutant:client_ack_up_to"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REFINEMENT_MUTANTS)
+def test_receive_side_mutant_breaks_the_refinement(tmp_path, name):
+    m = ALL[name]
+    cfg = (SPEC / m.cfg).read_text()
+    head, _props = cfg.split("PROPERTIES")
+    only_refinement = tmp_path / "refinement.cfg"
+    only_refinement.write_text(head + "PROPERTIES\n    Refinement\n")
+    res = sc.run_tlc(SPEC / m.module, only_refinement, workers="1", timeout=400, cwd=SPEC)
+    assert res.exit_code == sc.EXIT_PROPERTY, res.output[-3000:]
+    assert sc.violated_property(res) == "Refinement"
+
+
+def _tx_traces() -> dict[str, list[dict]]:
+    """Hand-written traces of a producer's transaction of two sends and of a transacted
+    consumer's commit of two receives, each with its log's content as the watcher records
+    it (the reference's JSON lines), complete or half-applied."""
+    q, log = "Q1/incoming", "dropboxmq/transaction"
+    a, b = "4.1700000000001-0000000001.T", "4.1700000000002-0000000002.T"
+    plog = "prod~s1~1"
+    sends = "".join(json.dumps({"kind": "send", "box": q, "name": n}) + "\n" for n in (a, b))
+    make = [ev for n in (a, b) for ev in ({"op": "create", "path": f"{q}/working/{n}"},
+                                          {"op": "close_write", "path": f"{q}/working/{n}"})]
+    commit = [{"op": "create", "path": f"{log}/associated/{plog}"},
+              {"op": "close_write", "path": f"{log}/associated/{plog}", "content": sends},
+              {"op": "rename", "src": f"{log}/associated/{plog}", "dst": f"{log}/committing/{plog}",
+               "content": sends}]
+    send = {n: {"op": "rename", "src": f"{q}/working/{n}", "dst": f"{q}/target/{n}"} for n in (a, b)}
+    unlink = {"op": "delete", "path": f"{log}/committing/{plog}"}
+    sent = make + commit + [send[a], send[b], unlink]
+    # a transacted consumer claims both, commits them through its log
+    clog = "cli~s2~1"
+    claim = {n: {"op": "rename", "src": f"{q}/target/{n}", "dst": f"{q}/processing/cli~{n}"} for n in (a, b)}
+    recvs = "".join(json.dumps({"kind": "receive", "box": q, "name": f"cli~{n}"}) + "\n" for n in (a, b))
+    ccommit = [{"op": "create", "path": f"{log}/associated/{clog}"},
+               {"op": "close_write", "path": f"{log}/associated/{clog}", "content": recvs},
+               {"op": "rename", "src": f"{log}/associated/{clog}", "dst": f"{log}/committing/{clog}",
+                "content": recvs}]
+    ack = {n: {"op": "rename", "src": f"{q}/processing/cli~{n}", "dst": f"{q}/processed/cli~{n}"}
+           for n in (a, b)}
+    cunlink = {"op": "delete", "path": f"{log}/committing/{clog}"}
+    received = sent + [claim[a], claim[b]] + ccommit
+    return {
+        "sends_whole": sent,
+        "sends_half": make + commit + [send[a], unlink],
+        "acks_whole": received + [ack[a], ack[b], cunlink],
+        "acks_half": received + [ack[a], cunlink],
+    }
+
+
+@pytest.mark.slow
+def test_half_applied_transactions_are_rejected(tmp_path):
+    """A commit is checked against the moves its log lists: one that applied one of two
+    sends (or acks) and unlinked its log is rejected, at the unlink, not accepted as a
+    smaller transaction; the whole commits are accepted."""
+    traces = _tx_traces()
+    paths = []
+    for name, events in traces.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text("".join(json.dumps(e) + "\n" for e in events))
+        paths.append(p)
+    verdicts = {Path(v.path).stem: v for v in sc.validate_traces(paths, timeout=300)}
+    assert verdicts["sends_whole"].accepted, verdicts["sends_whole"]
+    assert verdicts["acks_whole"].accepted, verdicts["acks_whole"]
+    for name in ("sends_half", "acks_half"):
+        v = verdicts[name]
+        assert v.decided and not v.accepted, v
+        assert traces[name][v.first_bad]["op"] == "delete", (name, v)
+
+
+def test_log_content_names_the_transaction():
+    rt, facts = sc.render_trace(_tx_traces()["sends_half"])
+    assert facts["txs"] == [{"m1", "m2"}]          # the log's, not the one send applied
+    closes = [e for e in rt.events if e["op"] == '"logclose"']
+    assert closes[0]["lset"] == "{m1, m2}"

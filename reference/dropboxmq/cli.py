@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import json
 import math
 import os
+import shutil
+import stat as stat_module
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 
 import click
 from rich.console import Console
@@ -18,14 +23,56 @@ from rich.table import Table
 
 from . import __version__
 from .errors import DropboxMQError
+from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
 
 console = Console()
 err_console = Console(stderr=True)
 
-DEFAULT_ROOT = "./var/dropbox"
 ACK_MODES = {"auto": 1, "client": 2, "dups-ok": 3, "transacted": 0}
+
+#: The group's own options, accepted after the verb too (`dropboxmq receive q --root DIR`).
+GLOBAL_FLAGS = ("--allow-network-fs", "--quiet", "-q")
+GLOBAL_WITH_VALUE = ("--root",)
+
+
+def hoist_global_options(args: list[str], commands: Mapping[str, click.Command]) -> list[str]:
+    """Move global options given after the verb in front of it, unless that verb has an
+    option of the same name.  Nothing after a '--' moves."""
+    i = 0
+    while i < len(args):  # skip the global options already in front
+        name = args[i].split("=", 1)[0]
+        if name in GLOBAL_WITH_VALUE:
+            i += 1 if "=" in args[i] else 2
+        elif name in GLOBAL_FLAGS:
+            i += 1
+        else:
+            break
+    if i >= len(args) or not isinstance(commands.get(args[i]), click.Command) \
+            or isinstance(commands[args[i]], click.Group):
+        return args
+    own = {opt for param in commands[args[i]].params for opt in param.opts}
+    moved: list[str] = []
+    kept: list[str] = []
+    rest = args[i + 1:]
+    j = 0
+    while j < len(rest):
+        arg = rest[j]
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            kept += rest[j:]
+            break
+        if name in own or name not in GLOBAL_FLAGS + GLOBAL_WITH_VALUE:
+            kept.append(arg)
+            j += 1
+        elif name in GLOBAL_WITH_VALUE and "=" not in arg:
+            moved += rest[j:j + 2]
+            j += 2
+        else:
+            moved.append(arg)
+            j += 1
+    return args[:i] + moved + [args[i]] + kept
 
 
 class _Group(click.Group):
@@ -34,6 +81,11 @@ class _Group(click.Group):
     Our own errors (bad names, full disks, bad selectors, ...) exit 1; click's usage
     errors (bad options) exit 2; ``receive`` on an empty queue exits 3.
     """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            args = hoist_global_options(args, self.commands)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -79,7 +131,8 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     sys.exit(code)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_Group, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
@@ -89,16 +142,30 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     help="The dropbox root: the directory that holds every queue and topic.",
 )
 @click.option("--allow-network-fs", is_flag=True, help="Use a root on NFS/SMB anyway (weaker rename guarantees).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display or closing summary (they are shown only "
+              "when standard output is a terminal anyway).")
 @click.version_option(__version__, prog_name="dropboxmq")
 @click.pass_context
-def main(ctx: click.Context, root: Path, allow_network_fs: bool) -> None:
+def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) -> None:
     """dropboxmq: JMS-style guaranteed messaging whose only broker is a directory tree.
 
     A message is a file; its state is the directory holding it
     (working/ target/ processing/ processed/ expired/ error/); every state
     change is one atomic rename.  Files are compatible with DropboxMQ 1.2.
+    The options above may also follow the command (dropboxmq receive q --root DIR).
+
+    \b
+    Everyday tasks:
+      dropboxmq init orders                          create a queue
+      dropboxmq send orders 'hello'                  send text (or: --file blob.gz, a BytesMessage)
+      dropboxmq receive orders --body > out.bin      the body, raw
+      dropboxmq receive orders -n 0 --exec ./handle  one run per message, ack on exit 0
+      dropboxmq stat --watch                         depth, oldest age, error/ growth
+      dropboxmq prune --older-than 7d                retention of processed/ and expired/
     """
-    ctx.obj = {"root": root, "allow_network_fs": allow_network_fs}
+    ctx.obj = {"root": root, "allow_network_fs": allow_network_fs, "quiet": quiet}
+    if ctx.invoked_subcommand is None:  # bare `dropboxmq`: the help, and success
+        click.echo(ctx.get_help())
 
 
 def _connect(ctx: click.Context, client_id: str | None = None):
@@ -122,7 +189,7 @@ def _parse_boolean(text: str) -> bool:
     return text.lower() == "true"
 
 
-_PROPERTY_TYPES = {"boolean": _parse_boolean, "byte": int, "short": int, "int": int,
+_PROPERTY_TYPES: dict[str, Callable[[str], Any]] = {"boolean": _parse_boolean, "byte": int, "short": int, "int": int,
                    "long": int, "float": float, "double": float, "string": str}
 
 
@@ -171,11 +238,18 @@ def _send_options(f):
     for option in reversed([
         click.argument("body", required=False),
         click.option("-f", "--file", "body_file", type=click.File("rb"),
-                     help="Read the body from a file ('-' = stdin)."),
+                     help="Read the body from a file ('-' = stdin) and send it as a BytesMessage (unless "
+                          "--text), streamed: a large file is never held in memory."),
         click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(1),
                      help="Send the body this many times (ids are printed below 1000, a summary above)."),
         click.option("--bytes", "as_bytes", is_flag=True,
-                     help="Send a BytesMessage (default: a TextMessage, UTF-8 body)."),
+                     help="Send a BytesMessage (default for --file, and for standard input that is not "
+                          "UTF-8 text)."),
+        click.option("--text", "as_text", is_flag=True,
+                     help="Send a TextMessage (default for BODY and UTF-8 standard input); the body must be "
+                          "UTF-8."),
+        click.option("--create", is_flag=True, help="Create the queue if it does not exist (without it, an "
+                     "unknown queue is an error, so a typo creates nothing)."),
         click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
                      help="JMSPriority, 0 (lowest) to 9; higher priorities are delivered first."),
         click.option("--ttl", type=click.FloatRange(0), default=0, help="Time to live in seconds (0 = never expires)."),
@@ -206,10 +280,10 @@ def send(ctx, queue, **options) -> None:
     \b
     Examples:
       dropboxmq send orders 'hello' --priority 7 --property region=eu --property n=3:int
-      dropboxmq send images --bytes --file cat.png --ttl 3600
-      seq 10 | dropboxmq send numbers
+      dropboxmq send images --file cat.png --ttl 3600    # a BytesMessage
+      seq 10 | dropboxmq send numbers                    # UTF-8 input: a TextMessage
     """
-    _send(ctx, Queue(queue), **options)
+    _send(ctx, _known_queue(ctx, queue, options.pop("create")), **options)
 
 
 @main.command()
@@ -226,48 +300,78 @@ def publish(ctx, topic, **options) -> None:
     """
     from .message import Topic
 
+    del options["create"]  # publishing to a topic nobody subscribes to is fine (JMS)
     _send(ctx, Topic(topic), **options)
 
 
-def _send(ctx, dest, body, body_file, count, as_bytes, priority, ttl, delay, non_persistent, correlation_id,
-          jms_type, reply_to, properties, transacted, client_id) -> None:
-    from rich.progress import track
+def _is_regular_file(stream) -> bool:
+    try:
+        return stat_module.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False  # CliRunner's in-memory stdin, pipes, terminals
 
+
+def _check_utf8_file(stream) -> None:
+    """--text --file: the file must be UTF-8; checked in chunks, not read whole."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    seen = 0
+    try:
+        while chunk := os.pread(stream.fileno(), 1 << 20, seen):
+            decoder.decode(chunk)
+            seen += len(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(f"the file is not UTF-8 text (near byte {seen + exc.start}): "
+                               "send it without --text") from None
+
+
+def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, delay, non_persistent,
+          correlation_id, jms_type, reply_to, properties, transacted, client_id) -> None:
     from .message import BytesMessage, TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")
+    if as_bytes and as_text:
+        raise click.UsageError("--bytes or --text, not both")
     reply = Queue(reply_to) if reply_to else None
     props = [_parse_property(p) for p in properties]
+    data: bytes | None = None
+    source = None  # a regular file, streamed by the store instead of read here
     if body is not None:
         data = body.encode("utf-8", "surrogateescape")
+        text = not as_bytes
+    elif body_file is not None and _is_regular_file(body_file):
+        source, text = body_file, as_text
+        if text:
+            _check_utf8_file(source)
     else:
         stream = body_file or sys.stdin.buffer
         if body_file is None and sys.stdin is not None and sys.stdin.isatty():
             err_console.print("reading the body from standard input (end with Ctrl-D)", highlight=False)
         data = stream.read()
-    if not as_bytes:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise click.UsageError(f"the body is not UTF-8 text (byte {exc.start}): send it with --bytes") from None
-    mode = DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT
+        text = as_text or (body_file is None and not as_bytes and _is_utf8(data))
+    if text and data is not None and not _is_utf8(data):
+        raise click.UsageError("the body is not UTF-8 text: send it without --text")
+    headers = dict(delivery_mode=DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT,
+                   priority=priority, time_to_live=ttl, delivery_delay=delay)
     ids: list[str] = []
-    with _connect(ctx, client_id) as conn:
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "sent", f"to {dest.name}", count) as activity:
         session = conn.create_session(transacted=transacted)
         producer = session.create_producer(dest)
-        items = range(count)
-        if count >= 1000:
-            items = track(items, description=f"sending to {dest.name}", console=err_console)
-        for _ in items:
-            msg = BytesMessage(body=data) if as_bytes else TextMessage(body=data)
+        for _ in range(count):
+            msg = TextMessage(data or b"") if text else BytesMessage(data or b"")
             msg.correlation_id, msg.jms_type, msg.reply_to = correlation_id, jms_type, reply
-            for name, prop in props:
-                msg.properties[name] = prop
-            producer.send(msg, delivery_mode=mode, priority=priority, time_to_live=ttl, delivery_delay=delay)
+            msg.properties.update(props)
+            if source is not None:
+                producer.send_file(source, msg, **headers)
+            else:
+                producer.send(msg, **headers)
+            activity.advance()
             if count < 1000:
                 if transacted:
-                    ids.append(msg.message_id)  # printed once the commit made them real
+                    ids.append(str(msg.message_id))  # printed once the commit made them real
                 else:
                     click.echo(msg.message_id)
         if transacted:
@@ -276,6 +380,51 @@ def _send(ctx, dest, body, body_file, count, as_bytes, priority, ttl, delay, non
                 click.echo(mid)
         if count >= 1000:
             click.echo(f"sent {count} messages to {dest.name}")
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class _Activity:
+    """Progress on stderr while a run works, and a closing summary (count, elapsed, rate) —
+    only when standard output is a terminal and --quiet is not given: scripts see none."""
+
+    def __init__(self, ctx: click.Context, verb: str, where: str, total: int | None) -> None:
+        self.verb, self.where, self.total = verb, where, total or None
+        self.shown = not ctx.find_root().obj.get("quiet") and sys.stdout.isatty()
+        self.done = 0
+        self.started = time.perf_counter()
+        self._progress: Any = None
+
+    def __enter__(self) -> "_Activity":
+        if self.shown and self.total != 1:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = [TextColumn(f"{self.verb.replace('sent', 'sending').replace('received', 'receiving')} "
+                                  f"{escape(self.where)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+            self._progress = Progress(*columns, console=err_console, transient=True)
+            self._task = self._progress.add_task("", total=self.total)
+            self._progress.start()
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self.shown and self.total != 1 and exc[0] is None:
+            elapsed = time.perf_counter() - self.started
+            rate = self.done / elapsed if elapsed > 0 else 0.0
+            err_console.print(Text(f"{self.verb} {self.done} message(s) {self.where} in {elapsed:.2f} s "
+                                   f"({rate:,.0f}/s)"), soft_wrap=True, highlight=False)
 
 
 def _json_value(v):
@@ -310,7 +459,7 @@ def _print_message(msg, as_json: bool) -> None:
         click.echo(json.dumps(_message_json(msg), ensure_ascii=False, default=str))
     else:
         d = _message_json(msg)
-        body = d.get("text", d.get("body_hex"))
+        body = str(d.get("text", d.get("body_hex")))
         flag = " (redelivered)" if msg.redelivered else ""
         line = Text.assemble((msg.message_id, "bold"), f" p{msg.priority}{flag}: ", body)  # never markup
         console.print(line, highlight=False, soft_wrap=True)
@@ -330,44 +479,112 @@ def _check_selector(selector: str | None) -> None:
 @click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
               help="Seconds to wait for each message (0 = do not wait).")
 @click.option("--selector", help="JMS message selector, e.g. \"JMSPriority > 4 AND region = 'eu'\".")
-@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default="auto", show_default=True,
-              help="auto: each message is acknowledged as it is received; dups-ok: lazily, in batches; "
-                   "client / transacted: acknowledge / commit once after the last message.")
+@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default=None,
+              help="auto (default): each message is acknowledged as it is received; dups-ok: lazily, in "
+                   "batches; client / transacted: acknowledge / commit once after the last message.  "
+                   "--exec and --output-dir acknowledge each message after its handling succeeded.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (headers, "
               "properties, and 'text' or 'body_hex').")
+@click.option("--body", "raw_body", is_flag=True,
+              help="Write the raw bodies to standard output, nothing else (streamed, any size).")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write each body to DIR/<message id without 'ID:'>, atomically (a dot-file renamed "
+                   "when complete and synced), print the path, then acknowledge.")
+@click.option("--exec", "command", metavar="CMD",
+              help="Run the shell command CMD once per message, the body on its standard input and "
+                   "the headers and properties in its environment (JMSMessageID, JMSPriority, ..., "
+                   "DROPBOXMQ_PROP_<name>); exit 0 acknowledges, anything else redelivers after a delay.")
+@click.option("--redelivery-delay", type=click.FloatRange(0), default=None,
+              help="Seconds before a message whose --exec failed is tried again; doubles with every "
+                   "attempt up to 30 s (default 0.1); after 10 deliveries it goes to error/.")
+@click.option("--create", is_flag=True, help="Create the queue if it does not exist (otherwise an error).")
 @click.option("--client-id", help="Client id to register (default: generated).")
 @click.pass_context
-def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, client_id) -> None:
+def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, raw_body, output_dir, command,
+            redelivery_delay, create, client_id) -> None:
     """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
-    and print them.  Exit status 3 when no message arrived, except with -n 0 (drain:
-    an already empty queue is success).
+    and print them, or hand each to a command or a directory.  Exit status 3 when no
+    message arrived, except with -n 0 (drain: an already empty queue is success); 1
+    when --exec failed for a message on its last try.
 
     \b
     Examples:
       dropboxmq receive orders --json
       dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
       dropboxmq receive orders --timeout 30      # wait up to 30 s
+      dropboxmq receive images --body > cat.png
+      dropboxmq receive jobs -n 0 --exec 'import-order "$JMSMessageID"'
+      dropboxmq receive uploads -n 0 --output-dir ./inbox
     """
-    dest = Queue(queue)
+    outputs = [flag for flag, given in (("--json", as_json), ("--body", raw_body),
+                                        ("--output-dir", output_dir is not None), ("--exec", command is not None))
+               if given]
+    if len(outputs) > 1:
+        raise click.UsageError(f"{' and '.join(outputs)} do not go together: pick one")
+    if ack_mode is not None and (command is not None or output_dir is not None):
+        raise click.UsageError(f"{outputs[0]} acknowledges each message after handling it: drop --ack-mode")
+    if redelivery_delay is not None and command is None:
+        raise click.UsageError("--redelivery-delay applies to --exec")
     _check_selector(selector)
-    _consume(ctx, client_id, ack_mode, count, timeout, as_json, f"no message in {queue}",
-             lambda session: session.create_consumer(dest, selector))
+    dest = _known_queue(ctx, queue, create)
+
+    def make(session):
+        consumer = session.create_consumer(dest, selector)
+        if redelivery_delay is not None:
+            consumer.redelivery_delay = redelivery_delay
+        return consumer
+
+    nothing = f"no message in {queue}"
+    if command is not None:
+        _handle_each(ctx, client_id, count, timeout, nothing, make, _exec_handler(command))
+    elif output_dir is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        _handle_each(ctx, client_id, count, timeout, nothing, make, _directory_handler(output_dir))
+    else:
+        _consume(ctx, client_id, ack_mode or "auto", count, timeout, as_json, nothing, make, raw_body)
 
 
-def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer) -> None:
-    """The receive loop shared by `receive` and `subscribe`."""
+def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
+    """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
+    did-you-mean, never a new queue)."""
+    from . import layout, topics
+
+    queue = Queue(name)
+    if create or layout.queue_box(ctx.obj["root"], queue).exists() or topics.temporary_owner(name) is not None:
+        return queue  # (a temporary queue's own rules, in the library, say why it is gone)
+    root = _require_root(ctx)
+    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise click.ClickException(f"no queue {name!r} under {root}{hint} (create it with 'dropboxmq init {name}' "
+                               "or --create)")
+
+
+def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer,
+             raw_body: bool = False) -> None:
+    """The receive loop shared by `receive` and `subscribe`: print each message (or its raw body)."""
     mode = ACK_MODES[ack_mode]
     got = 0
-    with _connect(ctx, client_id) as conn:
+    out = sys.stdout.buffer
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "received", nothing.split()[-1], count) as activity:
         session = conn.create_session(transacted=mode == 0, ack_mode=mode or 1)
         consumer = make_consumer(session)
         while count == 0 or got < count:
-            msg = consumer.receive(timeout)
-            if msg is None:
-                break
-            _print_message(msg, as_json)
+            if raw_body:
+                delivered = consumer.receive_streamed(timeout)
+                if delivered is None:
+                    break
+                with delivered[1] as body:
+                    shutil.copyfileobj(body, out, 1 << 20)
+            else:
+                msg = consumer.receive(timeout)
+                if msg is None:
+                    break
+                _print_message(msg, as_json)
             got += 1
+            activity.advance()
         sys.stdout.flush()  # a closed pipe fails here, before commit/acknowledge: nothing is lost
+        out.flush()
         if mode == 0:
             session.commit()
         elif mode == 2:
@@ -376,6 +593,97 @@ def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, ma
         if not as_json:
             err_console.print(Text(nothing), soft_wrap=True)
         sys.exit(3)
+
+
+def _handle_each(ctx, client_id, count, timeout, nothing: str, make_consumer, handle) -> None:
+    """--exec / --output-dir: each message is acknowledged only once ``handle`` succeeded; a
+    failure puts it back, and this consumer tries it again after its redelivery delay (the
+    JMS delivery count decides when it is dead-lettered instead)."""
+    from .session import CLIENT_ACKNOWLEDGE
+
+    done = 0
+    failing: set[str] = set()  # ids whose last try failed
+    with _connect(ctx, client_id) as conn, _Activity(ctx, "handled", nothing.split()[-1], count) as activity:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = make_consumer(session)
+        while count == 0 or done < count:
+            retry = consumer.next_retry_in() if failing else None
+            delivered = consumer.receive_streamed(timeout if retry is None else max(timeout, retry))
+            if delivered is None:
+                if failing and consumer.next_retry_in() is not None:
+                    continue  # a failed message is due again soon: wait for it
+                break
+            msg, body = delivered
+            with body:
+                succeeded = handle(msg, body)
+            if succeeded:
+                session.acknowledge()
+                failing.discard(msg.message_id)
+                done += 1
+                activity.advance()
+            else:
+                session.recover(back_off=True)
+                failing.add(msg.message_id)
+    if failing:
+        _fail(f"{len(failing)} message(s) not handled: back in the queue for a later run, or in error/ "
+              "after their last delivery")
+    if done == 0 and count != 0:
+        err_console.print(Text(nothing), soft_wrap=True)
+        sys.exit(3)
+
+
+def message_environment(msg) -> dict[str, str]:
+    """A message's headers (by their JMS names) and properties (DROPBOXMQ_PROP_<name>) as
+    environment variables for --exec handlers."""
+    def text(value) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    env = {
+        "JMSMessageID": msg.message_id, "JMSDestination": str(msg.destination), "JMSPriority": str(msg.priority),
+        "JMSTimestamp": str(msg.timestamp), "JMSExpiration": str(msg.expiration),
+        "JMSDeliveryMode": DeliveryMode(msg.delivery_mode).name, "JMSRedelivered": text(msg.redelivered),
+        "JMSXDeliveryCount": str(msg.delivery_count), "DROPBOXMQ_MESSAGE_CLASS": type(msg).__name__,
+        "JMSCorrelationID": msg.correlation_id or "", "JMSType": msg.jms_type or "",
+        "JMSReplyTo": str(msg.reply_to) if msg.reply_to else "",
+    }
+    for name, prop in msg.properties.items():
+        env[f"DROPBOXMQ_PROP_{name}"] = text(prop.value)
+    return env
+
+
+def _exec_handler(command: str):
+    def run(msg, body) -> bool:
+        sys.stdout.flush()  # the handler writes to the same standard output
+        env = {**os.environ, **message_environment(msg)}
+        status = subprocess.run(command, shell=True, stdin=body, env=env).returncode
+        if status != 0:
+            err_console.print(Text(f"--exec exited with status {status} for {msg.message_id} (delivery "
+                                   f"{msg.delivery_count}): it will be redelivered"), soft_wrap=True)
+        return status == 0
+    return run
+
+
+def _directory_handler(directory: Path):
+    def write(msg, body) -> bool:
+        name = msg.message_id.removeprefix("ID:")
+        final, partial = directory / name, directory / f".{name}.part"
+        try:
+            with open(partial, "wb") as out:
+                shutil.copyfileobj(body, out, 1 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, final)  # a redelivery after a crash rewrites the same file
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)  # the name is durable before the message is acknowledged
+        finally:
+            os.close(fd)
+        click.echo(str(final))
+        return True
+    return write
 
 
 @main.command()
@@ -475,9 +783,8 @@ def distribute(ctx, follow, client_id) -> None:
 def browse(ctx, queue, selector, limit, as_json) -> None:
     """Show QUEUE's waiting messages in delivery order (priority, then send order),
     moving nothing.  Expired and delayed messages are not shown."""
-    dest = Queue(queue)
     _check_selector(selector)
-    _require_root(ctx)
+    dest = _known_queue(ctx, queue, create=False)
     with _connect(ctx) as conn:
         browser = conn.create_session().create_browser(dest, selector)
         for i, msg in enumerate(browser):
@@ -486,28 +793,158 @@ def browse(ctx, queue, selector, limit, as_json) -> None:
             _print_message(msg, as_json)
 
 
+STAT_FORMATS = ("table", "json", "prometheus")
+
+
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Counts as one JSON object: destination -> directory -> count.")
+@click.option("--format", "fmt", type=click.Choice(STAT_FORMATS), default="table", show_default=True,
+              help="table; json: one object, destination -> state directory -> count, plus "
+                   "oldest_age_seconds; prometheus: the node_exporter textfile-collector format.")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C, with the growth of "
+              "error/ and expired/ since the start (json: one line per refresh).")
+@click.option("--interval", type=click.FloatRange(0.01), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--times", type=click.IntRange(0), default=0, help="With --watch: stop after this many refreshes "
+              "(0 = until Ctrl-C).")
 @click.pass_context
-def stat(ctx, as_json) -> None:
-    """Count the messages in each state of every destination under the root (a table)."""
+def stat(ctx, fmt, as_json, watch, interval, times) -> None:
+    """Count the messages in each state of every destination under the root, with the age
+    of the oldest waiting message (target/).
+
+    \b
+    Examples:
+      dropboxmq stat
+      dropboxmq stat --watch --interval 5
+      dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \\
+        mv /var/lib/node_exporter/dropboxmq.prom.tmp /var/lib/node_exporter/dropboxmq.prom
+    """
+    root = _require_root(ctx)
+    fmt = "json" if as_json else fmt
+    if not watch:
+        _show_stat(root, fmt, queue_stats(root), None)
+        return
+    first = queue_stats(root)
+    refreshes = 0
+    try:
+        if fmt == "table" and console.is_terminal:
+            from rich.live import Live
+
+            with Live(_stat_table(root, first, first), console=console, auto_refresh=False) as live:
+                while not times or refreshes < times - 1:
+                    time.sleep(interval)
+                    live.update(_stat_table(root, queue_stats(root), first), refresh=True)
+                    refreshes += 1
+            return
+        current = first
+        while True:
+            _show_stat(root, fmt, current, first)
+            sys.stdout.flush()
+            refreshes += 1
+            if times and refreshes >= times:
+                return
+            time.sleep(interval)
+            current = queue_stats(root)
+    except KeyboardInterrupt:
+        return
+
+
+def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
+    """destination -> {state directory: count, ..., "oldest_age_seconds": age of the oldest
+    file in target/ (seconds since it was written), or None when target/ is empty}."""
     from . import layout
 
-    root = _require_root(ctx)
-    rows = [(name, {d: box.count(State(d)) for d in STATE_DIRS}) for name, box in layout.all_dropboxes(root)]
-    if as_json:
-        click.echo(json.dumps({name: counts for name, counts in rows}))
-        return
+    now = time.time()
+    stats: dict[str, dict[str, Any]] = {}
+    for name, box in layout.all_dropboxes(root):
+        row: dict[str, Any] = {d: box.count(State(d)) for d in STATE_DIRS}
+        row["oldest_age_seconds"] = _oldest_age(box.dir(State.NEW), now)
+        stats[name] = row
+    return stats
+
+
+def _oldest_age(directory: str, now: float) -> float | None:
+    oldest = None
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue  # claimed meanwhile
+                oldest = mtime if oldest is None else min(oldest, mtime)
+    except FileNotFoundError:
+        return None
+    return None if oldest is None else round(max(0.0, now - oldest), 3)
+
+
+def stat_growth(current: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """How many more files error/ and expired/ hold than at the start of a watch."""
+    return {name: {f"{d}_growth": row[d] - first.get(name, {}).get(d, 0) for d in ("error", "expired")}
+            for name, row in current.items()}
+
+
+def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
+    """The textfile-collector format: gauges per destination (and state directory)."""
+    def label(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    lines = ["# HELP dropboxmq_messages Messages in each state directory of a destination.",
+             "# TYPE dropboxmq_messages gauge"]
+    for name, row in stats.items():
+        for d in STATE_DIRS:
+            lines.append(f'dropboxmq_messages{{destination="{label(name)}",state="{d}"}} {row[d]}')
+    lines += ["# HELP dropboxmq_oldest_message_age_seconds Age of the oldest message waiting in target/ "
+              "(0 when none waits).", "# TYPE dropboxmq_oldest_message_age_seconds gauge"]
+    for name, row in stats.items():
+        lines.append(f'dropboxmq_oldest_message_age_seconds{{destination="{label(name)}"}} '
+                     f'{row["oldest_age_seconds"] or 0}')
+    return "\n".join(lines) + "\n"
+
+
+def _show_stat(root: Path, fmt: str, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> None:
+    if fmt == "json":
+        if first is not None:
+            growth = stat_growth(stats, first)
+            stats = {name: {**row, **growth[name]} for name, row in stats.items()}
+            click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
+        else:
+            click.echo(json.dumps(stats))
+    elif fmt == "prometheus":
+        click.echo(prometheus_text(stats), nl=False)
+    else:
+        console.print(_stat_table(root, stats, first))
+
+
+def _age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _stat_table(root: Path, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> Table:
     table = Table(title=Text(f"dropboxes under {root}"),
                   caption="states: " + ", ".join(f"{d}={State(d).name}" for d in STATE_DIRS))
     table.add_column("destination", no_wrap=True)
     for d in STATE_DIRS:
         table.add_column(d, justify="right", no_wrap=True)
-    for name, counts in rows:
-        table.add_row(Text(name), *(str(counts[d]) for d in STATE_DIRS))
-    if not rows:
-        table.add_row(Text("(none: dropboxmq init QUEUE)", style="dim"), *("" for _ in STATE_DIRS))
-    console.print(table)
+    table.add_column("oldest", justify="right", no_wrap=True)  # age of the oldest waiting message
+    growth = stat_growth(stats, first) if first is not None else {}
+    for name, row in stats.items():
+        cells = [str(row[d]) for d in STATE_DIRS]
+        for d in ("expired", "error"):
+            added = growth.get(name, {}).get(f"{d}_growth", 0)
+            if added:
+                cells[STATE_DIRS.index(d)] += f" (+{added})"
+        table.add_row(Text(name), *cells, _age_text(row["oldest_age_seconds"]))
+    if not stats:
+        table.add_row(Text("(none: dropboxmq init QUEUE)", style="dim"), *("" for _ in range(len(STATE_DIRS) + 1)))
+    return table
 
 
 @main.command()
@@ -516,15 +953,23 @@ def stat(ctx, as_json) -> None:
 @click.option("--discard-orphans", is_flag=True, help="Delete orphans instead of quarantining them to error/.")
 @click.option("--assume-unknown-dead", is_flag=True,
               help="Also reclaim processing/ entries of clients never registered here (1.2, scripts).")
+@click.option("--release", "release", multiple=True, metavar="CLIENT",
+              help="CLIENT (e.g. a Spark query's spark-<hash>) is gone for good: drop its checkpoint "
+                   "hold so its claims are redelivered like any dead owner's. Repeatable.")
 @click.pass_context
-def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead) -> None:
+def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> None:
     """Recover after crashes: finish dead owners' transactions (roll forward or back),
     redeliver their in-flight messages, quarantine orphaned working/ files and expire
     overdue messages.  Prints a JSON report; exit status 1 if anything could not be fixed.
-    Safe to run at any time: live clients are never touched."""
+    Safe to run at any time: live clients, and clients whose claims a still existing
+    checkpoint holds (Spark queries), are never touched."""
+    from .clients import release_hold
     from .recovery import recover as run_recovery
 
     root = _require_root(ctx)
+    for client in release:
+        if not release_hold(root, client):
+            raise click.UsageError(f"--release {client}: no checkpoint hold for that client id")
     report = run_recovery(root, orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
                           assume_unknown_dead=assume_unknown_dead)
     click.echo(json.dumps(report.as_dict()))
@@ -545,9 +990,7 @@ def purge(ctx, queue, states, yes) -> None:
     from . import layout
     from .lifecycle import Move
 
-    box = layout.queue_box(_require_root(ctx), Queue(queue))
-    if not box.exists():
-        raise click.UsageError(f"no queue {queue!r} under {ctx.obj['root']}")
+    box = layout.queue_box(ctx.obj["root"], _known_queue(ctx, queue, create=False))
     if not yes:
         click.confirm(f"delete every message of {queue} in {', '.join(states)}?", abort=True)
     removed = 0
@@ -556,6 +999,66 @@ def purge(ctx, queue, states, yes) -> None:
         for name in box.list(st):
             removed += box.move(Move.PURGE, st, name)
     click.echo(f"purged {removed} messages from {queue}")
+
+
+def _states_list(ctx, param, value: str) -> list[str]:
+    from .retention import TERMINAL
+
+    states = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in states if v not in TERMINAL]
+    if bad or not states:
+        raise click.BadParameter(f"{value!r}: a comma-separated list of {', '.join(TERMINAL)}")
+    return states
+
+
+def _age(ctx, param, value: str) -> float:
+    from .retention import parse_age
+
+    try:
+        return parse_age(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command()
+@click.argument("queues", nargs=-1)
+@click.option("--older-than", "older_than", required=True, callback=_age, metavar="AGE",
+              help="Delete messages that entered their state more than AGE ago: 90s, 15m, 12h, 7d, 2w.")
+@click.option("--state", "states", default="processed,expired", show_default=True, callback=_states_list,
+              help="Comma-separated terminal states to prune: processed, expired, error.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.pass_context
+def prune(ctx, queues, older_than, states, dry_run) -> None:
+    """Retention: delete old messages from the terminal states (processed/, expired/,
+    error/) of the named QUEUES, or of every queue and subscription.  Safe while producers
+    and consumers run: messages never leave a terminal state, so only finished messages
+    are deleted.  Consumers can do the same as they go (Settings.retention).
+
+    \b
+    Examples:
+      dropboxmq prune --older-than 7d
+      dropboxmq prune orders --older-than 30d --state error --dry-run
+    """
+    from . import layout
+    from .retention import PruneResult, prune as prune_box
+
+    root = _require_root(ctx)
+    boxes = [(q, layout.queue_box(root, _known_queue(ctx, q, create=False))) for q in queues] \
+        or list(layout.all_dropboxes(root))
+    total = PruneResult()
+    for name, box in boxes:
+        done = prune_box(box, states, older_than, dry_run)
+        if done.matched:
+            verb = "would delete" if dry_run else "deleted"
+            click.echo(f"{name}: {verb} {done.matched if dry_run else done.removed} "
+                       f"({', '.join(f'{d} {n}' for d, n in done.per_state.items())})")
+        total.matched += done.matched
+        total.removed += done.removed
+        total.bytes += done.bytes
+    if dry_run:
+        click.echo(f"would delete {total.matched} message(s), {total.bytes:,} bytes (dry run)")
+    else:
+        click.echo(f"deleted {total.removed} message(s), {total.bytes:,} bytes")
 
 
 @main.command()
@@ -571,7 +1074,8 @@ def demo(ctx, producers, consumers, messages, queue) -> None:
     from .demo import run_demo
 
     Queue(queue)
-    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console)
+    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console,
+                  show_progress=not ctx.obj["quiet"] and sys.stdout.isatty())
     sys.exit(0 if ok else 1)
 
 

@@ -8,14 +8,17 @@ held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import socket
 from pathlib import Path
 
 from . import codec
-from .errors import InvalidClientIDError
+from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
+from .store import NotARegularFile, ensure_plain_dir, open_regular
 
 
 def clients_dir(root: Path) -> Path:
@@ -37,9 +40,15 @@ class Registration:
         self.client_id = client_id
         self.root = Path(root)
         self.path = registration_path(root, client_id)
-        os.makedirs(self.path.parent, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                ensure_plain_dir(self.root, self.path.parent)
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
+            except NotARegularFile:
+                raise InvalidClientIDError(
+                    f"cannot register client id {client_id!r}: {self.path} is not a regular file") from None
+            except OSError as exc:
+                raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -52,6 +61,11 @@ class Registration:
             try:
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
+                same = False
+            if same and os.fstat(fd).st_nlink > 1:
+                # a hard link to some other file: truncating it would change that file
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
                 same = False
             if same:
                 break
@@ -88,9 +102,13 @@ def liveness(root: Path, client_id: str) -> str:
     a foreign or 1.2 client, which recovery leaves alone unless told otherwise)."""
     path = registration_path(root, client_id)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return "unknown"
+        fd = open_regular(path)
+    except (FileNotFoundError, NotARegularFile):
+        return "unknown"  # a FIFO or symlink is no registration of ours
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "unknown"  # a foreign name's "owner" that no registration can be named after
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -100,6 +118,81 @@ def liveness(root: Path, client_id: str) -> str:
     return "dead"
 
 
+def live_clients(root: Path) -> list[str]:
+    """Every client id whose registration is held right now."""
+    try:
+        names = os.listdir(clients_dir(root))
+    except FileNotFoundError:
+        return []
+    ids = [codec.decode_field(n) for n in names if not n.startswith(".")]
+    return [c for c in ids if liveness(root, c) == "alive"]
+
+
 def is_dead(root: Path, client_id: str, assume_unknown_dead: bool = False) -> bool:
     state = liveness(root, client_id)
+    checkpoint = _hold(root, client_id)
+    if checkpoint is not None and state != "alive":  # a known client whose claims a checkpoint may own
+        return not _checkpoint_exists(checkpoint)
     return state == "dead" or (state == "unknown" and assume_unknown_dead)
+
+
+# ---- checkpoint holds: claims owned by a durable commit log, not by a process
+#
+# A consumer whose acknowledgement is decided by an external commit log (a Spark query's
+# checkpoint) may commit a batch after any number of restarts, so its claims must outlive its
+# process: while its checkpoint exists it is never dead to recoverers.  Deleting the checkpoint,
+# or ``dropboxmq recover --release CLIENT`` (which empties the hold), makes it a dead owner.
+
+
+def hold_path(root: Path, client_id: str) -> Path:
+    return Path(root) / "dropboxmq" / "holds" / codec.encode_field(client_id)
+
+
+def _write_hold(path: Path, checkpoint: str) -> None:
+    os.makedirs(path.parent, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(checkpoint)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _hold(root: Path, client_id: str) -> str | None:
+    """The checkpoint holding ``client_id``'s claims ('' once released), or None: no hold."""
+    try:
+        return hold_path(root, client_id).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+
+
+def _checkpoint_exists(checkpoint: str) -> bool:
+    """A checkpoint on a non-local file system (``scheme://...``) cannot be checked here: it
+    holds until released."""
+    if not checkpoint:
+        return False
+    if checkpoint.startswith("file:"):
+        checkpoint = checkpoint[len("file:"):]
+    elif "://" in checkpoint:
+        return True
+    return os.path.exists(checkpoint)
+
+
+def hold_for_checkpoint(root: Path, client_id: str, checkpoint: str) -> None:
+    """Record (durably) that ``client_id``'s claims belong to ``checkpoint`` (a path or URI)."""
+    if _hold(root, client_id) != checkpoint:
+        _write_hold(hold_path(root, client_id), checkpoint)
+
+
+def release_hold(root: Path, client_id: str) -> bool:
+    """The operator's word that the query is gone for good: its claims become a dead owner's.
+    Returns whether a hold existed."""
+    if _hold(root, client_id) is None:
+        return False
+    _write_hold(hold_path(root, client_id), "")
+    return True

@@ -181,6 +181,7 @@ from .message import (
     Queue,
     Topic,
     coerce,
+    name_bytes,
 )
 
 __all__ = [
@@ -197,6 +198,7 @@ __all__ = [
     "with_delivery_count",
     "processing_name",
     "split_processing_name",
+    "may_be_bare_claim_of",
     "sort_key",
     "java_double_str",
     "java_float_str",
@@ -813,10 +815,8 @@ def without_delivery_count(name: str) -> str:
 
 
 def _name_bytes(s: str) -> int:
-    try:
-        return len(s.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:
-        return len(s.encode("utf-8", "surrogatepass"))
+    size = name_bytes(s)
+    return len(s.encode("utf-8", "surrogatepass")) if size is None else size
 
 
 def processing_name(client_id: str, name: str) -> str:
@@ -830,12 +830,28 @@ def _processing_prefix(client_id: str) -> str:
     return encode_field(client_id) + "~"  # a consumer's id never changes: encode it once
 
 
+#: what URLEncoder (1.2) or encode_field can write before the "~" of a processing name
+_PREFIX_RE = re.compile(r"(?:[A-Za-z0-9.*_+-]|%[0-9A-Fa-f]{2})*")
+
+
 def split_processing_name(pname: str) -> tuple[str | None, str]:
-    """(client id or None, original name): split at the first ``~``."""
+    """(client id or None, original name): split at the first ``~`` when what precedes it
+    can be an encoded client id; otherwise the name was claimed bare (too long for a
+    prefix) and its owner is unknown."""
     head, sep, rest = pname.partition("~")
-    if not sep:
+    if not sep or not rest or _PREFIX_RE.fullmatch(head) is None:
         return None, pname
     return decode_field(head), rest
+
+
+def may_be_bare_claim_of(client_id: str, pname: str) -> bool:
+    """Could ``pname`` be ``client_id``'s claim of a name too long for its prefix (kept
+    bare, as 1.2 does)?  Then a ``~`` in it does not prove another owner -- unless what
+    follows the ``~`` is a message name and the whole is none (a prefix, then)."""
+    rest = pname.partition("~")[2]
+    if _split_name(rest) is not None and _split_name(pname) is None:
+        return False
+    return _name_bytes(encode_field(client_id)) + 1 + _name_bytes(pname) > MAX_NAME_BYTES
 
 
 def sort_key(name: str) -> tuple[int, int, int, str]:

@@ -54,7 +54,21 @@ def _consume(root: str, queue: str, index: int, producers_done, results) -> None
     results.put(("consumer", index, len(got), time.perf_counter() - started, got))
 
 
-def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: int, console: Console) -> bool:
+def _collect(results, n: int, tick) -> list:
+    """n reports from the worker processes, calling ``tick`` while none arrives."""
+    import queue as queue_module
+
+    got = []
+    while len(got) < n:
+        try:
+            got.append(results.get(timeout=0.2))
+        except queue_module.Empty:
+            tick()
+    return got
+
+
+def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: int, console: Console,
+             show_progress: bool = False) -> bool:
     root = Path(root)
     box = layout.queue_box(root, Queue(queue)).ensure()
     before = box.count(State.ACKNOWLEDGED)
@@ -72,12 +86,18 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
     prods = [ctx.Process(target=_produce, args=(str(root), queue, run, i, n, results)) for i, n in enumerate(shares)]
     for p in cons + prods:
         p.start()
-    reports = []
-    for _ in prods:
-        reports.append(results.get())
-    done.set()
-    for _ in cons:
-        reports.append(results.get())
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("processed"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not show_progress) as progress:
+        task = progress.add_task("", total=messages)
+
+        def tick() -> None:
+            progress.update(task, completed=box.count(State.ACKNOWLEDGED) - before)
+
+        reports = _collect(results, len(prods), tick)
+        done.set()
+        reports += _collect(results, len(cons), tick)
     for p in cons + prods:
         p.join()
     elapsed = time.perf_counter() - started

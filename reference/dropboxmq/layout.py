@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Iterator
 
 from .message import Queue, Topic
-from .store import Dropbox
+from .store import Dropbox, is_real_dir
 
+DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 TOPIC_ROOT = "topic-root"
 INTERNAL = "dropboxmq"
 
@@ -41,7 +42,7 @@ def all_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
         if name.startswith(".") or name in (TOPIC_ROOT, INTERNAL):
             continue
         box = Dropbox(root / name / "incoming")
-        if box.exists():
+        if is_real_dir(root / name) and box.exists():  # a symlinked queue may lead out of the root
             yield name, box
     top = root / TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
@@ -55,7 +56,7 @@ def all_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
         if incoming.exists():
             yield f"topic:{topic_name}", incoming
         subs = Path(dirpath) / ".subscriptions"
-        if subs.is_dir():
+        if is_real_dir(subs):
             for sub in sorted(os.listdir(subs)):
                 box = Dropbox(subs / sub)
                 if box.exists():

@@ -32,9 +32,22 @@ def validate_name(kind: str, name: str) -> str:
     for bad in _FORBIDDEN_CHARS:
         if bad in name:
             raise InvalidDestinationError(f"{kind} name {name!r} must not contain {bad!r}")
-    if len(name.encode("utf-8")) > 200:
-        raise InvalidDestinationError(f"{kind} name {name!r} is longer than 200 bytes")
+    size = name_bytes(name)
+    if size is None:
+        raise InvalidDestinationError(f"{kind} name {name!r} is not valid Unicode (a lone surrogate)")
+    if size > 200:
+        raise InvalidDestinationError(f"{kind} name {name!r} is {size} bytes, longer than 200 bytes")
     return name
+
+
+def name_bytes(name: str) -> int | None:
+    """The length on disk of a name, in bytes: names are bytes-safe text, an undecodable
+    byte travels as the surrogate ``os.fsdecode`` gives it.  None if ``name`` holds any
+    other lone surrogate (no byte stands for it)."""
+    try:
+        return len(name.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -242,9 +255,18 @@ class Message:
             session.acknowledge()
 
 
-@dataclass
+@dataclass(init=False)
 class TextMessage(Message):
+    """``TextMessage("hello", priority=7)``: the body is str (stored as UTF-8) or UTF-8 bytes."""
+
     class_letter = "T"
+
+    def __init__(self, body: str | bytes = b"", **headers: Any) -> None:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, (bytes, bytearray)):
+            raise MessageFormatError(f"a TextMessage body is str or UTF-8 bytes, not {type(body).__name__}")
+        super().__init__(body=bytes(body), **headers)
 
     @property
     def text(self) -> str:

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import layout
 from .clients import is_dead
+from .store import ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
 from .session import from_wire, now_ms, reclaim_dead_owners
@@ -59,8 +61,14 @@ class RecoveryReport:
 class _RootLock:
     def __init__(self, root: Path):
         path = Path(root) / layout.INTERNAL / "recovery.lock"
-        os.makedirs(path.parent, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        ensure_plain_dir(root, path.parent)
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                os.close(self.fd)
+                raise StoreError(f"{path} is not a regular file: remove it to let recovery run")
+        except OSError as exc:
+            raise StoreError(f"cannot lock {path}: {exc.strerror or exc}") from exc
 
     def __enter__(self) -> "_RootLock":
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -95,7 +103,10 @@ def recover(
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
         from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
 
-        report.xa_in_doubt = [str(x) for x in xa.recover(root)]
+        try:
+            report.xa_in_doubt = [str(x) for x in xa.recover(root)]
+        except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
+            report.errors.append(f"xa: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         now = now_ms()

@@ -150,7 +150,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 import struct
 import unicodedata
 from collections.abc import Mapping
@@ -448,6 +447,8 @@ def _lex_number(text: str, i: int, fail) -> Token:
         j = digits(i + 2, "0123456789abcdefABCDEF")
         if j == i + 2:
             raise fail("hexadecimal literal needs digits after 0x", start)
+        if len(text[i + 2 : j].lstrip("0")) > 16:
+            raise fail(f"numeric literal {text[start:j]} is out of the range of long", start)
         value = int(text[i + 2 : j], 16)
         if j < n and text[j] in "lL":
             j += 1
@@ -487,6 +488,9 @@ def _lex_number(text: str, i: int, fail) -> Token:
                     raise fail(f"numeric literal {lexeme} is out of the range of float", start) from None
             kind = "float"
         else:
+            # checked before int(): Python refuses to convert over 4,300 digits (ValueError)
+            if len(int_part.lstrip("0")) > 22:
+                raise fail(f"numeric literal {text[start:j]} is out of the range of long", start)
             if len(int_part) > 1 and int_part[0] == "0":
                 if any(ch in "89" for ch in int_part):
                     raise fail(f"invalid octal literal {int_part}", start)
@@ -924,11 +928,57 @@ def _like_matcher(pattern: str, escape: Optional[str]) -> Callable[[str], bool]:
     if kinds == ["any", "lit", "any"]:
         lit = parts[1][1]
         return lambda s: lit in s
-    regex = "".join(
-        re.escape(text) if k == "lit" else (".*" if k == "any" else ".") for k, text in parts
-    )
-    fullmatch = re.compile(regex, re.DOTALL).fullmatch
-    return lambda s: fullmatch(s) is not None
+    return _segments_matcher(parts)
+
+
+def _segments_matcher(parts: list[tuple[str, str]]) -> Callable[[str], bool]:
+    """The general case without backtracking (a regex's ``.*`` backtracks exponentially on
+    ``%a%a%a%b``): the pattern is segments of literals and ``_`` separated by ``%``; the
+    first segment is anchored at the start, the last at the end, and each middle one taken
+    at its leftmost match, which is never worse than a later one.  O(len(s) * len(pattern))."""
+    segments: list[list[tuple[str, str]]] = [[]]
+    for kind, text in parts:
+        if kind == "any":
+            segments.append([])
+        elif kind == "lit":
+            segments[-1].extend(("lit", c) for c in text)
+        else:
+            segments[-1].append(("one", ""))
+    seg_texts = ["".join(c if k == "lit" else "\0" for k, c in seg) for seg in segments]
+    wild = [[k == "one" for k, _ in seg] for seg in segments]
+
+    def fits(s: str, at: int, i: int) -> bool:
+        text, w = seg_texts[i], wild[i]
+        return all(w[j] or s[at + j] == text[j] for j in range(len(text)))
+
+    def find(s: str, start: int, stop: int, i: int) -> int:
+        n = len(seg_texts[i])
+        if not any(wild[i]):
+            return s.find(seg_texts[i], start, stop)
+        for at in range(start, stop - n + 1):
+            if fits(s, at, i):
+                return at
+        return -1
+
+    last = len(segments) - 1
+
+    def match(s: str) -> bool:
+        first_len, last_len = len(seg_texts[0]), len(seg_texts[last])
+        if last == 0:
+            return len(s) == first_len and fits(s, 0, 0)
+        if len(s) < first_len + last_len:
+            return False
+        if not fits(s, 0, 0) or not fits(s, len(s) - last_len, last):
+            return False
+        pos, stop = first_len, len(s) - last_len
+        for i in range(1, last):
+            at = find(s, pos, stop, i)
+            if at < 0:
+                return False
+            pos = at + len(seg_texts[i])
+        return True
+
+    return match
 
 
 # ---------------------------------------------------------------- evaluation

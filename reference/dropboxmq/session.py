@@ -28,12 +28,12 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
-from . import codec, layout, topics
-from .clients import Registration, is_dead
+from . import codec, layout, retention, topics
+from .clients import Registration, is_dead, live_clients
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -51,6 +51,9 @@ from .message import (
 )
 from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
 from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
+
+if TYPE_CHECKING:
+    from .selector import Selector
 
 log = logging.getLogger("dropboxmq")
 
@@ -79,7 +82,7 @@ def now_ms() -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def selector_for(text: str):
+def selector_for(text: str) -> "Selector":
     """Parsed selectors, cached: a subscription's selector is evaluated at every fan-out."""
     from .selector import parse
 
@@ -96,6 +99,15 @@ class Settings:
     min_batch: int = 256  # names taken from one listing, at least ...
     batch_fraction: int = 8  # ... or 1/8 of the listing: keeps per-message scan cost flat
     allow_network_fs: bool = False
+    # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
+    # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
+    # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
+    redelivery_delay: float = 0.1
+    redelivery_backoff: float = 2.0
+    max_redelivery_delay: float = 30.0
+    # Seconds to keep acknowledged and expired messages: consumers delete older ones as they
+    # go (every recovery_interval), like `dropboxmq prune --older-than`.  None: keep them all.
+    retention: float | None = None
 
 
 # ---------------------------------------------------------------- wire mapping
@@ -166,6 +178,13 @@ class Connection:
         self._temporary: list[Destination] = []
         self._queue_boxes: dict[str, Dropbox] = {}
 
+    @classmethod
+    def from_env(cls, settings: Settings | None = None) -> "Connection":
+        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (else
+        ./var/dropbox), the client id from $DROPBOXMQ_CLIENT_ID (else generated)."""
+        root = os.environ.get("DROPBOXMQ_ROOT") or layout.DEFAULT_ROOT
+        return cls(root, os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings)
+
     def __enter__(self) -> "Connection":
         return self
 
@@ -197,6 +216,14 @@ class Connection:
         self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
         self._registration.release()
         self._closed = True
+
+    def _delete_temporary(self, dest: Destination) -> None:
+        """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
+        if any(c.destination == dest and not c._closed for s in self._sessions for c in s._consumers):
+            raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
+        if dest in self._temporary:
+            self._temporary.remove(dest)
+            delete_temporary(self.root, dest)
 
     def _finish_own_logs(self) -> None:
         """Finish the transaction logs of this client id that no open session owns: roll
@@ -246,6 +273,33 @@ class Connection:
         return topics.fan_out_targets(self.root, dest, header, self.client_id)
 
 
+class _Temporary:
+    """delete() for temporary destinations; equal to the plain destination of the same name."""
+
+    name: str
+    connection: Connection
+
+    def delete(self) -> None:
+        self.connection._delete_temporary(self)  # type: ignore[arg-type]  # a Queue or Topic too
+
+    def __eq__(self, other: object) -> bool:
+        kind = Queue if isinstance(self, Queue) else Topic
+        return isinstance(other, kind) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((self.name,))
+
+
+@dataclass(frozen=True, eq=False)
+class TemporaryQueue(_Temporary, Queue):
+    connection: Connection = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class TemporaryTopic(_Temporary, Topic):
+    connection: Connection = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+
 # ---------------------------------------------------------------- session
 
 
@@ -257,6 +311,7 @@ class Delivery:
     processing_name: str
     original_name: str
     message: Message
+    body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
 
 
 class Session:
@@ -339,15 +394,16 @@ class Session:
         self._consumers.append(consumer)
         return consumer
 
-    def create_temporary_queue(self) -> Queue:
-        """A queue removed when this connection closes; only this connection may consume."""
-        q = Queue(topics.temporary_name(self.connection.client_id))
+    def create_temporary_queue(self) -> "TemporaryQueue":
+        """A queue removed by ``delete()`` or when this connection closes; only this
+        connection may consume."""
+        q = TemporaryQueue(topics.temporary_name(self.connection.client_id), self.connection)
         layout.queue_box(self.connection.root, q).ensure()
         self.connection._temporary.append(q)
         return q
 
-    def create_temporary_topic(self) -> Topic:
-        t = Topic(topics.temporary_name(self.connection.client_id))
+    def create_temporary_topic(self) -> "TemporaryTopic":
+        t = TemporaryTopic(topics.temporary_name(self.connection.client_id), self.connection)
         os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
         self.connection._temporary.append(t)
         return t
@@ -415,20 +471,31 @@ class Session:
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
 
-    def recover(self) -> None:
-        """Stop, and redeliver every unacknowledged message from the oldest on."""
+    def recover(self, back_off: bool = False) -> None:
+        """Stop, and redeliver every unacknowledged message from the oldest on.  With
+        ``back_off`` (processing failed), each consumer holds them back for its redelivery
+        delay first, as it does when a listener raises."""
         with self._lock:
             self._check_open()
             if self.transacted:
                 raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
-            self._redeliver(self._unacked)
+            self._redeliver(self._unacked, back_off)
             self._unacked = []
 
-    def _redeliver(self, deliveries: list[Delivery]) -> None:
+    def _redeliver(self, deliveries: list[Delivery], back_off: bool = False) -> None:
         for d in deliveries:
             d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
+        if back_off:
+            self._back_off(deliveries)
         for c in self._consumers:
             c._scanner.invalidate()
+
+    def _back_off(self, deliveries: list[Delivery]) -> None:
+        """Each consumer of a redelivered message waits its redelivery delay before retrying it."""
+        for c in self._consumers:
+            for d in deliveries:
+                if c.box.path == d.box.path:
+                    c._back_off(d.original_name, d.message.delivery_count)
 
     # --- transactions
     def _tx_log(self) -> TransactionLog:
@@ -575,11 +642,11 @@ class Session:
     def _run_listener(self, consumer: "MessageConsumer", d: Delivery) -> None:
         self._delivered(d, by_listener=True)
         try:
-            consumer._listener(d.message)  # type: ignore[misc]
+            consumer._listener(d.message)  # type: ignore[misc]  # set: the dispatcher checked
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
             if self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
-                self._redeliver([d])
+                self._redeliver([d], back_off=True)
             return
         if self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
             self._ack_or_return(d)
@@ -601,8 +668,9 @@ class MessageProducer:
         self.time_to_live = 0.0  # seconds; 0 = never expires
         self.delivery_delay = 0.0  # seconds
 
-    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode=None, priority=None,
-                 time_to_live=None, delivery_delay=None) -> tuple[Message, str, list[Dropbox]]:
+    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode: DeliveryMode | None = None,
+                 priority: int | None = None, time_to_live: float | None = None,
+                 delivery_delay: float | None = None) -> tuple[Message, str, list[Dropbox]]:
         """Stamp the headers; return the message, its file name and the dropboxes it goes to."""
         dest = destination or self.destination
         if dest is None:
@@ -624,27 +692,47 @@ class MessageProducer:
         name = to_wire(msg)
         return msg, name, self.session.connection._boxes_for_send(dest, msg)
 
-    def send(self, message: Message, destination: Destination | None = None, *,
+    def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
              delivery_mode: DeliveryMode | None = None, priority: int | None = None,
              time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
         """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit).
-        On a topic, one copy goes to every matching subscription."""
+        On a topic, one copy goes to every matching subscription.
+
+        Either ``send(message[, destination])`` (JMS) or ``send(destination, body)``; a body
+        may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
+        dict -> MapMessage, list -> StreamMessage."""
         self.session._check_open()
-        prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        body, dest = (destination, message) if isinstance(message, (Queue, Topic)) else (message, destination)
+        if body is None or isinstance(body, (Queue, Topic)) or not (dest is None or isinstance(dest, (Queue, Topic))):
+            raise InvalidDestinationError("send(message[, destination]) or send(destination, body)")
+        prepared = self._prepare(as_message(body), dest, delivery_mode, priority, time_to_live, delivery_delay)
         self._write([prepared])
         return prepared[0]
 
-    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw) -> list[Message]:
+    def send_file(self, file: BinaryIO, message: Message | None = None, destination: Destination | None = None,
+                  **headers: Any) -> Message:
+        """Send the contents of an open regular file (from its start) without reading it into
+        memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
+        its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
+        self.session._check_open()
+        msg = BytesMessage() if message is None else message
+        msg.body = b""
+        prepared = self._prepare(msg, destination, **headers)
+        self._write([prepared], source=file)
+        return prepared[0]
+
+    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw: Any) -> list[Message]:
         """Bulk send with group commit: fsync each file, rename all, fsync each target/ once."""
         self.session._check_open()
         prepared = [self._prepare(m, destination, **kw) for m in messages]
         self._write(prepared)
         return [m for m, _, _ in prepared]
 
-    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]]) -> None:
+    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
         """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
         Several (bulk send, topic fan-out): group commit — write them all, one syncfs,
-        rename them all, then one more sync for the directories."""
+        rename them all, then one more sync for the directories.  ``source``: an open file
+        holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         with session._lock:
@@ -652,7 +740,8 @@ class MessageProducer:
                 for msg, name, boxes in prepared:
                     for box in boxes:
                         session._tx_log().record("send", box, name)
-                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False)
+                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
+                                     source=source)
                 return
             created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
             with contextlib.ExitStack() as held:
@@ -663,7 +752,8 @@ class MessageProducer:
                         durable = msg.delivery_mode == DeliveryMode.PERSISTENT
                         topic_copy = isinstance(msg.destination, Topic)
                         for box in boxes:
-                            if _create_copy(box, name, msg, topic_copy, durable=durable and not group):
+                            if _create_copy(box, name, msg, topic_copy, durable=durable and not group,
+                                            source=source):
                                 created.append((box, name, durable, topic_copy))
                     if group and any(durable for _, _, durable, _ in created):
                         sync_file_system(root)  # every file durable before any rename is
@@ -690,10 +780,12 @@ def temporary_gone(dest: Destination | None) -> InvalidDestinationError:
     return InvalidDestinationError(f"{dest} does not exist: the connection that created it has closed")
 
 
-def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool) -> bool:
-    """CREATE one copy; a subscription removed while we publish is skipped (False)."""
+def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
+                 source: BinaryIO | None = None) -> bool:
+    """CREATE one copy (the body from ``source`` if given); a subscription removed while we
+    publish is skipped (False)."""
     try:
-        box.create(name, msg.body, durable)
+        box.create(name, msg.body if source is None else source, durable)
     except StoreError as exc:
         if getattr(exc, "errno", None) == errno.ENOENT:
             if topic_copy:
@@ -702,6 +794,41 @@ def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durabl
                 raise temporary_gone(msg.destination) from exc
         raise
     return True
+
+
+#: What send() and receive_body() accept and return besides Message objects.
+Body = Union[str, bytes, dict, list]
+
+
+def as_message(body: "Message | Body") -> Message:
+    """The message for a plain body: str -> TextMessage, bytes -> BytesMessage,
+    dict -> MapMessage, list -> StreamMessage; a Message stays itself."""
+    if isinstance(body, Message):
+        return body
+    if isinstance(body, str):
+        return TextMessage(body)
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return BytesMessage(bytes(body))
+    if isinstance(body, dict):
+        m = MapMessage()
+        m.map = body
+        return m
+    if isinstance(body, list):
+        s = StreamMessage()
+        s.items = body
+        return s
+    raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
+
+
+def body_of(msg: Message) -> Any:
+    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body
 
 
 # ---------------------------------------------------------------- consumer side
@@ -793,7 +920,7 @@ class _Scanner:
         return None
 
 
-def _parse_selector(text: str | None):
+def _parse_selector(text: str | None) -> "Selector | None":
     return selector_for(text) if text and text.strip() else None
 
 
@@ -804,9 +931,13 @@ def delete_temporary(root: Path, dest: Destination) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class MessageListener(Protocol):
+    def on_message(self, message: Message) -> Any: ...
+
+
 class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 selector_obj=None):
+                 selector_obj: "Selector | None" = None):
         self.session = session
         self.box = box
         self.destination = destination
@@ -815,24 +946,62 @@ class MessageConsumer:
         self._subscription: topics.Subscription | None = None
         self._attachment: topics.Attachment | None = None
         self._scanner = _Scanner(box, session.settings)
-        self._listener: Callable[[Message], None] | None = None
+        self._listener: Callable[[Message], Any] | None = None
         self._closed = False
         self._last_recovery = -1e9
-        self._deferred: dict[str, int] = {}  # names with a future delivery time -> ms
+        self._deferred: dict[str, int] = {}  # names with a future delivery time or retry -> ms
+        settings = session.settings
+        self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
+        self.redelivery_backoff = settings.redelivery_backoff
+        self.max_redelivery_delay = settings.max_redelivery_delay
 
     # --- JMS surface
     def receive(self, timeout: float | None = None) -> Message | None:
         """Wait up to ``timeout`` seconds (None: forever, 0: don't wait) for a message."""
+        d = self._receive(timeout, read_body=True)
+        return None if d is None else d.message
+
+    def receive_body(self, timeout: float | None = None) -> Any:
+        """receive(), returning just the body as Python data (str for a TextMessage, bytes,
+        dict for a MapMessage, list for a StreamMessage); None when no message came."""
+        msg = self.receive(timeout)
+        return None if msg is None else body_of(msg)
+
+    def receive_streamed(self, timeout: float | None = None) -> tuple[Message, BinaryIO] | None:
+        """receive() for large bodies: the message without its body, and the body as an open
+        binary file to read in chunks (close it when done).  Acknowledged as receive() is."""
+        d = self._receive(timeout, read_body=False)
+        return None if d is None or d.body_file is None else (d.message, d.body_file)
+
+    def messages(self, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over messages as they arrive; stop when none arrives within ``timeout``
+        seconds (None: never stop).  ``for m in consumer`` does not wait at all."""
+        while (m := self.receive(timeout)) is not None:
+            yield m
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until a message this consumer holds back (redelivery backoff, delivery
+        delay) is due again; None when it holds none back."""
+        if not self._deferred:
+            return None
+        return max(0.0, (min(self._deferred.values()) - now_ms()) / 1000)
+
+    def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
         self._check_receive()
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
             if self.session.connection._started.is_set():
                 with self.session._lock:
-                    d = self._claim_next()
+                    d = self._claim_next(read_body)
                     if d is not None:
-                        self.session._delivered(d)
-                        return d.message
+                        try:
+                            self.session._delivered(d)
+                        except BaseException:
+                            if d.body_file is not None:
+                                d.body_file.close()
+                            raise
+                        return d
                     self.session._flush_lazy_acks()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -844,9 +1013,17 @@ class MessageConsumer:
     def receive_no_wait(self) -> Message | None:
         return self.receive(0)
 
-    def set_message_listener(self, listener: Callable[[Message], None] | None) -> None:
+    def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
+        """Deliver messages to ``listener``: a callable taking the message, or an object with
+        an ``on_message(message)`` method (JMS style).  None stops delivery."""
         self.session._check_open()
-        self._listener = listener
+        if listener is None or callable(listener):
+            self._listener = listener
+        elif callable(getattr(listener, "on_message", None)):
+            self._listener = listener.on_message
+        else:
+            raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
+                            f"{type(listener).__name__} is neither")
         if listener is not None:
             self.session._ensure_dispatcher()
 
@@ -872,6 +1049,15 @@ class MessageConsumer:
         while (m := self.receive(0)) is not None:
             yield m
 
+    def _back_off(self, name: str, deliveries: int) -> None:
+        """Hold ``name`` (just redelivered after its ``deliveries``-th delivery) back for the
+        exponential redelivery delay."""
+        if self.redelivery_delay <= 0:
+            return
+        delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
+        self._deferred[name] = now_ms() + int(delay * 1000)
+        self._scanner.skip.add(name)
+
     def _check_receive(self) -> None:
         self.session._check_open()
         if self._closed:
@@ -880,13 +1066,15 @@ class MessageConsumer:
             raise IllegalStateError("receive() is not allowed while a message listener is set")
 
     # --- the claim
-    def _claim_next(self) -> Delivery | None:
+    def _claim_next(self, read_body: bool = True) -> Delivery | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
         now_mono = time.monotonic()
         if now_mono - self._last_recovery > self.session.settings.recovery_interval:
             self._last_recovery = now_mono
             finish_dead_commits(self.session.connection.root)  # e.g. a publisher killed mid fan-out
             reclaim_dead_owners(self.session.connection.root, self.box)
+            if self.session.settings.retention is not None:
+                retention.prune(self.box, ["processed", "expired"], self.session.settings.retention)
         scanner = self._scanner
         if self._deferred:  # delayed messages whose delivery time has come are eligible again
             now = now_ms()
@@ -897,12 +1085,12 @@ class MessageConsumer:
             if due:
                 scanner.invalidate()
         while (name := scanner.next()) is not None:
-            d = self._try_claim(name)
+            d = self._try_claim(name, read_body)
             if d is not None:
                 return d
         return None
 
-    def _try_claim(self, name: str) -> Delivery | None:
+    def _try_claim(self, name: str, read_body: bool = True) -> Delivery | None:
         box, settings, scanner = self.box, self.session.settings, self._scanner
         now = now_ms()
         if self._selector is None and _nothing_holds_back(name):
@@ -922,8 +1110,8 @@ class MessageConsumer:
                 box.move(Move.EXPIRE, State.NEW, name)
                 return None
             count = header.delivery_count
-        stamped = codec.with_delivery_count(name, count)
-        pname = codec.processing_name(self.session.connection.client_id, stamped)
+        claimed = codec.with_delivery_count(name, count)  # the name it returns under, if redelivered
+        pname = codec.processing_name(self.session.connection.client_id, claimed)
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
@@ -938,8 +1126,14 @@ class MessageConsumer:
             log.warning("%s delivered %d times: dead-lettered", name, count - 1)
             box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
             return None
+        if header is None:
+            header = from_wire(name, now)
+        body_file = None
         try:
-            body = box.read(State.DELIVERED, pname)
+            if read_body:
+                header.body = box.read(State.DELIVERED, pname)
+            else:
+                body_file = box.open_body(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
             log.warning("unreadable message %s quarantined to error/: %s", name, exc)
             try:
@@ -947,18 +1141,12 @@ class MessageConsumer:
             except StoreError:
                 # Not left in processing/: after a clean close() nobody would reclaim it
                 # (stress faults case: EIO on the read, then on the rename into error/).
-                box.move(Move.REDELIVER, State.DELIVERED, pname, codec.split_processing_name(pname)[1])
+                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
                 raise
             return None
-        if header is None:
-            header = from_wire(name, now)
-        header.body = body
         header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]
-        # pname is "<client>~<stamped>" (the client part holds no "~"), or, when that was
-        # too long, the stamped name itself, split as 1.2 splits it
-        original = stamped if pname != stamped else codec.split_processing_name(pname)[1]
-        return Delivery(box, pname, original, header)
+        return Delivery(box, pname, claimed, header, body_file)
 
 
 def _nothing_holds_back(name: str) -> bool:
@@ -1000,6 +1188,7 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
     """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
     moved = 0
     verdicts: dict[str, bool] = {}
+    live: list[str] | None = None
     for pname in box.list(State.DELIVERED):
         client, original = codec.split_processing_name(pname)
         if client is None:
@@ -1010,6 +1199,9 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
                 if verdicts[client]:
                     recover_owner(root, client)  # its committing/ log ACKs, the rest come back
             dead = verdicts[client]
+            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
+                live = live_clients(root) if live is None else live
+                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
         if dead:
             try:
                 if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):

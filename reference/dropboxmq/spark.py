@@ -1,30 +1,28 @@
 """Dropboxes as a PySpark data source and sink (short name ``dropboxmq``).
 
-Install with the ``dropboxmq[spark]`` extra, then::
-
-    from dropboxmq.spark import register
-    register(spark)
+Install with the ``dropboxmq[spark]`` extra; Spark finds the format by itself (the top-level
+module ``pyspark_dropboxmq``; from an editable install call ``register(spark)`` once)::
 
     # batch read: a browse, one row per message; never moves a file
     df = spark.read.format("dropboxmq").option("root", root).load("invoices")
     # batch write: the whole job is one transaction
     df.write.format("dropboxmq").option("root", root).mode("append").save("invoices")
-    # streaming read: claims, delivers in micro-batches, acks in commit(end)
+    # streaming read: claims in latestOffset, acks once the query's checkpoint commits the batch
     s = (spark.readStream.format("dropboxmq").option("root", root)
          .option("checkpointLocation", ckpt).option("maxMessagesPerTrigger", 1000).load("invoices"))
     # streaming write: each micro-batch committed atomically, once per batch id
-    s.writeStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt2).start("out")
+    s.writeStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt).start("out")
 
 Options: ``root`` (or $DROPBOXMQ_ROOT); read: ``include`` (comma list of processing, processed,
 expired, error, working, delayed, all; default: the browsable messages of target/), ``selector``,
 ``numPartitions``; write: ``durable`` (default true: fsync each file), ``timeToLive`` (seconds);
-stream read: ``checkpointLocation`` (give the query's own: the consumer's identity, and where the
-reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
+stream read: ``checkpointLocation`` (required; give the query's own: the consumer's identity, the
+owner of its claims, and where the reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
 ``maxMessagesPerTrigger``, ``maxDeliveryAttempts`` (10), ``selector``; stream write:
 ``checkpointLocation`` (or ``sinkId``).  Written rows: ``body`` (binary or string) or ``text`` or
 ``value``; optional ``priority``, ``message_class``, ``correlation_id``, ``jms_type``, ``reply_to``,
-``delivery_mode``, ``time_to_live``, ``properties`` (map of strings); any other column becomes a
-typed property; the columns a read adds (state, name, message_id, timestamp, ...) are ignored,
+``delivery_mode``, ``time_to_live``, ``properties`` (map of strings), ``typed_properties`` (the
+VARIANT a read gives: the types kept); any other column becomes a typed property; the columns a read adds (state, name, message_id, timestamp, ...) are ignored,
 so a browse can be written back.
 
 Destinations: ``name`` is a queue; ``topic:a.b`` a topic (write: publish with fan-out to every
@@ -53,14 +51,25 @@ job's client registration during the commit, so a driver killed inside it is a d
 
 *Streaming read*: the query is a client whose id is derived from its checkpoint location
 (``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` claims up to
-``maxMessagesPerTrigger`` messages (the claim of ``MessageConsumer._try_claim``: selector, delivery
-time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records the
-processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
+the read limit (``maxMessagesPerTrigger``; the claim of ``MessageConsumer._try_claim``: selector,
+delivery time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records
+the processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
 atomically; the offset is ``{"seq": n}``.  ``partitions(start, end)`` reads the manifests, so a
-batch that Spark re-runs after a restart gets exactly the same messages.  ``commit(end)`` ACKs every
-manifest up to ``end`` (processing/ -> processed/) and only then deletes it.  At start the query
-holds its client registration (a dead query's claims become reclaimable by everybody, as for any
-client) and redelivers its own claims that no manifest names (a kill between claim and manifest).
+batch that Spark re-runs after a restart gets exactly the same messages (marked redelivered).
+``commit(end)`` ACKs every manifest up to ``end`` and only then deletes it; because Spark commits a
+source only when it plans the next batch, every trigger (and the start) also commits what the
+checkpoint's ``commits/`` records, so the last batch of a run is acknowledged before the run ends.
+``trigger(availableNow=True)``: ``prepareForTriggerAvailableNow`` snapshots the names in target/,
+and later claims take only those, so the run drains that backlog and ends.
+
+Ownership: the claims belong to the checkpoint (``clients.hold_for_checkpoint``), not to the
+process: while the checkpoint exists, recoverers treat the query as alive, because a restarted
+query may still commit a logged batch.  At start, the query (holding its registration, so no other
+run of it is alive) acknowledges what ``commits/`` records and returns, redelivered, its claims that
+no batch of ``offsets/`` names (claimed by a latestOffset whose batch Spark never logged, or by a
+process killed before writing the manifest); a logged batch stays claimed for Spark to replay.
+Deleting the checkpoint, or ``dropboxmq recover --release <client>``, makes the query an ordinary
+dead owner (spec/CheckpointOwner.tla).
 
 *Streaming write*: like the batch write, per micro-batch, with client ``spark-sink-<hash of the
 checkpoint>``.  The driver commit of batch ``b`` commits one log named ``...~b<b>~0`` and, after
@@ -72,6 +81,7 @@ it and discards the replayed files instead of sending them twice.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import hashlib
 import heapq
 import json
@@ -91,10 +101,11 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from . import codec, layout, topics
-from .clients import Registration
+from .clients import Registration, hold_for_checkpoint
 from .errors import InvalidClientIDError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -134,7 +145,7 @@ SCHEMA = (
     "state string, name string, message_id string, priority int, timestamp timestamp, "
     "message_class string, expiration timestamp, delivery_time timestamp, correlation_id string, "
     "reply_to string, jms_type string, delivery_mode string, delivery_count int, redelivered boolean, "
-    "properties map<string,string>, body binary, text string"
+    "properties map<string,string>, body binary, text string, typed_properties variant"
 )
 
 #: Columns of SCHEMA a writer ignores (they are stamped at send or describe a file).
@@ -233,16 +244,28 @@ def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
         state.value, name, msg.message_id, msg.priority, _ts(msg.timestamp), CLASS_LETTERS.get(letter, letter),
         _ts(msg.expiration), _ts(msg.delivery_time) if msg.delivery_time else None, msg.correlation_id,
         str(reply) if reply is not None else None, msg.jms_type, msg.delivery_mode.name,
-        msg.delivery_count, msg.redelivered, props, body, text,
+        msg.delivery_count, msg.redelivered, props, body, text, _typed(msg),
     )
+
+
+def _typed(msg: Message) -> Any:
+    """The properties with their JMS types kept, as a VARIANT: numbers stay numbers and booleans
+    booleans (``variant_get(typed_properties, '$.price', 'double')``).  Values JSON cannot hold
+    (NaN, infinities) are absent here and present, as text, in ``properties``."""
+    from pyspark.sql.types import VariantVal
+
+    values = {k: p.value for k, p in msg.properties.items()
+              if k != DELIVERY_COUNT_PROP and not (isinstance(p.value, float) and not math.isfinite(p.value))}
+    return VariantVal.parseJson(json.dumps(values, allow_nan=False))
 
 
 class _Names(InputPartition):
     """A slice of a driver-side listing: (state directory, file name) pairs of one dropbox."""
 
-    def __init__(self, box: str, items: list[tuple[str, str]]):
+    def __init__(self, box: str, items: list[tuple[str, str]], redelivered: bool = False):
         self.box = box
         self.items = items
+        self.redelivered = redelivered  # a streaming batch replayed by a later run of its query
 
 
 def _chunks(items: list, n: int) -> list[list]:
@@ -272,7 +295,10 @@ def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
             if dead_letter_unreadable and state is State.DELIVERED:
                 box.move(Move.DEAD_LETTER, State.DELIVERED, name)
             continue
-        yield _row(state, name, _header(state, name, now), body)
+        msg = _header(state, name, now)
+        if part.redelivered:  # delivered before, by the run that planned this batch
+            msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
+        yield _row(state, name, msg, body)
 
 
 # ---------------------------------------------------------------- batch read
@@ -385,14 +411,24 @@ def _message_from_row(row: Any, ttl_default: float) -> tuple[Message, float]:
     ttl = d.pop("time_to_live", None)
     ttl = ttl_default if ttl is None else float(ttl)
     props = d.pop("properties", None) or {}
+    typed = d.pop("typed_properties", None)
+    typed = typed.toPython() if typed is not None else {}
     for k, v in props.items():
-        if v is not None:
+        if v is not None and k not in typed:  # a browse written back: the typed value wins
             msg.set_property(k, str(v), "S")
+    for k, v in typed.items():
+        if v is not None:
+            msg.properties[k] = _property_of(float(v) if isinstance(v, decimal.Decimal) else v)
     for k, v in d.items():  # any other column: a typed property
         if k in _STAMPED or v is None:
             continue
-        msg.properties[k] = Property(infer_letter(v), v) if not isinstance(v, float) else Property("D", v)
+        msg.properties[k] = _property_of(v)
     return msg, ttl
+
+
+def _property_of(value: Any) -> Property:
+    """A column's (or typed property's) value as a JMS property: floats are doubles."""
+    return Property("D", value) if isinstance(value, float) else Property(infer_letter(value), value)
 
 
 def _stamp(msg: Message, ttl: float) -> str:
@@ -613,16 +649,32 @@ class DropboxMQStreamWriter(DataSourceStreamWriter):
 # ---------------------------------------------------------------- streaming read
 
 
+def _source_checkpoint(options: Any) -> str:
+    """The query's checkpoint, which the source must be given too: Spark keeps it from sources,
+    and the source's claims belong to it (acknowledged from its commits/, held while it exists)."""
+    ckpt = options.get("checkpointLocation")
+    if not ckpt:
+        raise ValueError("dropboxmq: a streaming read needs .option('checkpointLocation', DIR) on readStream "
+                         "too (the same DIR as the query's)")
+    if "://" in ckpt and not ckpt.startswith("file:"):
+        raise ValueError(f"dropboxmq: checkpointLocation {ckpt!r}: the source reads the query's commit log, "
+                         "so it must be on a local or mounted file system")
+    return os.path.realpath(ckpt.removeprefix("file:"))
+
+
 def _streams_dir(root: Path, client_id: str) -> Path:
     return Path(root) / layout.INTERNAL / "spark" / "streams" / codec.encode_field(client_id)
 
 
-class DropboxMQStreamReader(DataSourceStreamReader):
-    """A competing consumer that claims in latestOffset and acknowledges in commit(end)."""
+class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A competing consumer that claims in latestOffset and acknowledges once the query's
+    checkpoint records the batch committed.  Its claims belong to the checkpoint (a hold, see
+    ``clients.hold_for_checkpoint``), not to the process that made them."""
 
     def __init__(self, options: Any):
         self.root = _root(options)
         self.dest = _destination(options)
+        self.checkpoint = _source_checkpoint(options)
         self.box = _read_box(self.root, self.dest)
         if not self.dest.startswith("topic:"):
             self.box.ensure()
@@ -639,6 +691,8 @@ class DropboxMQStreamReader(DataSourceStreamReader):
         self._last_recovery = -1e9
         self._skip: set[str] = set()
         self._spark_committed: int | None = None  # the last batch of commits/ already acknowledged
+        self._planned: set[int] = set()  # manifests this run wrote (others are replays: redelivered)
+        self._target: set[str] | None = None  # availableNow: the backlog present at its start
 
     # --- the query's client identity, taken on first use (the driver's long-lived reader)
     def _ensure_registered(self) -> None:
@@ -646,6 +700,7 @@ class DropboxMQStreamReader(DataSourceStreamReader):
             return
         ensure_layout(self.root)
         os.makedirs(self.dir, exist_ok=True)
+        hold_for_checkpoint(self.root, self.client_id, self.checkpoint)  # before the first claim
         deadline = time.monotonic() + float(self.options.get("registrationTimeout") or 60)
         while True:
             try:
@@ -655,15 +710,8 @@ class DropboxMQStreamReader(DataSourceStreamReader):
                 if time.monotonic() > deadline:
                     raise  # the same checkpoint is in use by a live query
                 time.sleep(0.2)  # a killed predecessor's process may still be exiting
-        # claims of ours that no manifest names (killed between claim and manifest): give back
-        named = set()
-        for seq in self._seqs():
-            named.update(self._manifest(seq))
-        for pname in self.box.list(State.DELIVERED):
-            client, original = codec.split_processing_name(pname)
-            if client == self.client_id and pname not in named:
-                self.box.move(Move.REDELIVER, State.DELIVERED, pname, original)
-        self._commit_what_spark_committed()
+        self._commit_what_spark_committed()  # the sink has them: acknowledge
+        self._return_unplanned()  # claimed, but never part of a batch Spark logged: redeliver
 
     def _seqs(self) -> list[int]:
         try:
@@ -689,6 +737,7 @@ class DropboxMQStreamReader(DataSourceStreamReader):
             os.fsync(f.fileno())
         os.rename(tmp, self._manifest_path(seq))
         _fsync_dir(str(self.dir))
+        self._planned.add(seq)
 
     # --- Spark's calls
     def initialOffset(self) -> dict:
@@ -700,9 +749,13 @@ class DropboxMQStreamReader(DataSourceStreamReader):
         return {"seq": seq, "consumer": self.client_id}
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger > 0 else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """availableNow: drain what is in the dropbox now (in batches of the read limit), then
+        report no new data, so that the run ends; later arrivals wait for the next run."""
+        self._ensure_registered()
+        self._target = set(self.box.list(State.NEW))
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()
@@ -711,7 +764,7 @@ class DropboxMQStreamReader(DataSourceStreamReader):
             start = {"seq": seqs[-1] if seqs else 0}
         seq = int(start["seq"])
         self._commit_what_spark_committed()  # the last batch is acked without waiting for another
-        if self._manifest_path(seq + 1).exists():  # planned by a run that died before logging it
+        if self._manifest_path(seq + 1).exists():  # planned earlier in this run, not yet logged
             return self._offset(seq + 1)
         cap = getattr(limit, "max_rows", None) or self.max_per_trigger or 0
         claimed = self._claim(cap if cap > 0 else 1 << 62)
@@ -730,6 +783,8 @@ class DropboxMQStreamReader(DataSourceStreamReader):
         names = box.list(State.NEW)
         self._skip &= set(names)
         names = [n for n in names if n not in self._skip]
+        if self._target is not None:
+            names = [n for n in names if n in self._target]
         if cap < len(names) // 2:  # a big backlog: only the head of the delivery order
             names = heapq.nsmallest(cap * 2 + 64, names, key=codec.sort_key)
         else:
@@ -765,9 +820,12 @@ class DropboxMQStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         items: list[tuple[str, str]] = []
+        replay = False
         for seq in range(int(start["seq"]) + 1, int(end["seq"]) + 1):
             items.extend((State.DELIVERED.value, n) for n in self._manifest(seq))
-        return [_Names(str(self.box.path), c) for c in _chunks(items, _default_partitions(self.options, len(items)))]
+            replay |= seq not in self._planned
+        parts = _chunks(items, _default_partitions(self.options, len(items)))
+        return [_Names(str(self.box.path), c, redelivered=replay) for c in parts]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return _read_rows(partition, dead_letter_unreadable=True)
@@ -789,35 +847,66 @@ class DropboxMQStreamReader(DataSourceStreamReader):
             except FileNotFoundError:
                 pass
 
+    def _logged_offsets(self, where: str) -> tuple[int, int] | None:
+        """(batch id, our seq) of the newest batch in the checkpoint's ``offsets/`` or
+        ``commits/`` (commits/ files hold no offsets: read them from offsets/<id>)."""
+        ckpt = Path(self.checkpoint.removeprefix("file:"))
+        try:
+            ids = sorted((int(n) for n in os.listdir(ckpt / where) if n.isdigit()), reverse=True)
+        except FileNotFoundError:
+            return None
+        for batch in ids:
+            try:
+                lines = (ckpt / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+            except FileNotFoundError:
+                continue
+            for line in lines[2:]:
+                try:
+                    off = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(off, dict) and off.get("consumer") == self.client_id:
+                    return batch, int(off["seq"])
+        return None
+
     def _commit_what_spark_committed(self) -> None:
         """Spark calls ``commit`` on a source only when it plans the *next* batch, so the last
         batch would stay unacknowledged until more data arrives (or forever, for a query that
-        stops).  When the query's checkpoint (``checkpointLocation``: give the reader the same as
-        the query) records a batch in ``commits/`` -- the proof that the sink has it --, call
-        ``commit`` with its end offset, as Spark itself does on the next batch.  Checked at every
-        trigger, at start and at stop."""
-        ckpt = self.options.get("checkpointLocation")
-        if not ckpt:
+        stops).  When the query's checkpoint records a batch in ``commits/`` -- the proof that
+        the sink has it --, call ``commit`` with its end offset, as Spark itself does on the next
+        batch.  Checked at start, at every trigger and at stop."""
+        done = self._logged_offsets("commits")
+        if done is None or done[0] == self._spark_committed:
             return
-        ckpt = Path(ckpt.removeprefix("file:"))
+        self._spark_committed = done[0]
+        self.commit(self._offset(done[1]))
+
+    def _return_unplanned(self) -> None:
+        """At start (no run of this query is alive: we hold its registration): claims that no
+        batch in ``offsets/`` names -- made by a latestOffset whose batch Spark never logged --
+        and claims of ours that no manifest names (killed between claim and manifest) go back
+        to the dropbox, redelivered.  A batch in ``offsets/`` stays claimed: Spark replays it."""
+        logged = self._logged_offsets("offsets")
+        last = logged[1] if logged else 0
+        for seq in self._seqs():
+            if seq > last:
+                for pname in self._manifest(seq):
+                    self._redeliver(pname)
+                os.unlink(self._manifest_path(seq))
+        named: set[str] = set()
+        for seq in self._seqs():
+            named.update(self._manifest(seq))
+        for pname in self.box.list(State.DELIVERED):
+            client, _ = codec.split_processing_name(pname)
+            if client == self.client_id and pname not in named:
+                self._redeliver(pname)
+
+    def _redeliver(self, pname: str) -> None:
+        _, original = codec.split_processing_name(pname)
         try:
-            done = sorted(int(n) for n in os.listdir(ckpt / "commits") if n.isdigit())
+            self.box.move(Move.REDELIVER, State.DELIVERED, pname, original)
         except FileNotFoundError:
-            return
-        if not done or done[-1] == self._spark_committed:
-            return
-        self._spark_committed = done[-1]
-        try:
-            lines = (ckpt / "offsets" / str(done[-1])).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return
-        for line in lines[2:]:
-            try:
-                off = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(off, dict) and off.get("consumer") == self.client_id:
-                self.commit(off)
+            pass
 
     def stop(self) -> None:
         try:

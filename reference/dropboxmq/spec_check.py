@@ -105,10 +105,14 @@ class TlcResult:
     output: str
     coverage: dict[str, int] = dataclasses.field(default_factory=dict)
     timed_out: bool = False
+    depth: int | None = None         # TLC's "depth of the complete state graph search"
+    tlc_time: str | None = None      # TLC's own "Finished in ..." figure
 
 
 _RE_STATES = re.compile(r"([\d,]+) states generated, ([\d,]+) distinct states found")
-_RE_SIM = re.compile(r"The number of states generated: ([\d,]+)")
+_RE_SIM = re.compile(r"(?:The number of states generated: |Progress: )([\d,]+)(?: states checked)?")
+_RE_DEPTH = re.compile(r"The depth of the complete state graph search is (\d+)")
+_RE_FINISHED = re.compile(r"Finished in (.+?) at \(")
 _RE_INV = re.compile(r"Error: Invariant (\w+) is violated")
 _RE_ACTPROP = re.compile(r"Error: Action property (\w+) is violated")
 _RE_TEMPORAL = re.compile(r"Error: Temporal properties were violated")
@@ -117,6 +121,12 @@ _RE_COVER = re.compile(r"^<(\w+)(?:\(.*?\))? line \d+, col \d+ to line \d+, col 
 
 def _num(s: str) -> int:
     return int(s.replace(",", ""))
+
+
+def tlc_figures(out: str) -> tuple[int | None, str | None]:
+    """TLC's own depth of the search and wall time, as it prints them."""
+    depth, finished = _RE_DEPTH.findall(out), _RE_FINISHED.findall(out)
+    return (int(depth[-1]) if depth else None), (finished[-1] if finished else None)
 
 
 def parse_tlc_output(out: str) -> tuple[int | None, int | None, str | None, dict[str, int]]:
@@ -176,7 +186,9 @@ def run_tlc(
             code, timed_out = -1, True
         secs = time.monotonic() - t0
     distinct, generated, violated, coverage = parse_tlc_output(out)
-    return TlcResult(code, secs, distinct, generated, violated, out, coverage, timed_out)
+    depth, tlc_time = tlc_figures(out)
+    return TlcResult(code, secs, distinct, generated, violated, out, coverage, timed_out,
+                     depth, tlc_time)
 
 
 _SANY_ERR = re.compile(
@@ -220,6 +232,10 @@ class Model:
         return f"{self.expect_code} {self.expect_prop}"
 
 
+#: the properties TLC checks as actions (a violation exits 13, not 12)
+ACTION_PROPERTIES = ("Refinement", "ClientAckAll", "ExpiredNeverDelivered",
+                     "NoSpuriousAck", "NoSpuriousRedelivery", "ReceiveTxAtomicity")
+
 _RE_EXPECT = re.compile(r"^\\\*\s*expect:\s*(?:rejected,\s*)?violated\s+(\w+)", re.M)
 
 #: time box of the CI simulation (seconds)
@@ -234,11 +250,12 @@ def _expectation(cfg_text: str, kind: str) -> tuple[int, str | None]:
         raise ValueError("mutant/witness config without an '\\* expect: violated NAME' line")
     prop = m.group(1)
     # invariants make TLC exit 12; action properties (and the refinement) 13
-    code = EXIT_PROPERTY if prop in ("Refinement", "ClientAckAll", "ExpiredNeverDelivered") else EXIT_INVARIANT
+    code = EXIT_PROPERTY if prop in ACTION_PROPERTIES else EXIT_INVARIANT
     return code, prop
 
 
-CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "liveness_auto", "liveness_client_tx")
+CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "safety_tx_pair", "liveness_auto",
+             "liveness_client_tx")
 DEEP_MODELS = ("deep_safety", "deep_race", "deep_liveness")
 
 
@@ -265,17 +282,29 @@ def models(deep: bool = False, root: Path | None = None) -> list[Model]:
         if mod is None:
             continue
         text = cfg.read_text()
-        kind = "mutant" if _RE_EXPECT.search(text) else "model"
+        kind = "model" if not _RE_EXPECT.search(text) else \
+            "witness" if text.startswith("\\* WITNESS") else "mutant"
         code, prop = _expectation(text, kind)
-        out.append(Model(cfg.stem.lower() if kind == "model" else f"mutant:{cfg.stem}",
+        out.append(Model(cfg.stem.lower() if kind == "model" else f"{kind}:{cfg.stem}",
                          cfg.name, kind, code, prop, module=f"{mod}.tla"))
     return out
 
 
-def _refinement_name(result: TlcResult) -> str | None:
-    """TLC names a violated action property by its location; map Channel!Spec to Refinement."""
-    m = re.search(r"Error: Action property (.*?) is violated", result.output)
-    if m and "of module Channel" in m.group(1):
+_RE_LOCATED = re.compile(r"Error: Action property line (\d+), col \d+ to .*? of module (\w+) is violated")
+
+
+def violated_property(result: TlcResult, root: Path | None = None) -> str | None:
+    """TLC names a violated conjunct of a property by its location, not its name: a
+    step of Channel (Ch!Spec) or the line of Dropbox's ``Refinement ==`` is Refinement."""
+    m = _RE_LOCATED.search(result.output)
+    if m is None:
+        return result.violated
+    line, module = int(m.group(1)), m.group(2)
+    if module == "Channel":
+        return "Refinement"
+    src = (root or spec_dir()) / f"{module}.tla"
+    lines = src.read_text().splitlines() if src.is_file() else []
+    if 0 < line <= len(lines) and lines[line - 1].lstrip().startswith("Refinement =="):
         return "Refinement"
     return result.violated
 
@@ -300,7 +329,7 @@ def run_model(model: Model, root: Path | None = None, workers: str = "2") -> Out
     tlc_args = [a for a in args if not a.startswith("-D")]
     res = run_tlc(root / model.module, root / model.cfg, workers=workers,
                   args=tlc_args, timeout=timeout, jvm_props=jvm_props)
-    violated = _refinement_name(res)
+    violated = violated_property(res, root)
     if res.timed_out:
         actual = "timeout"
     elif res.exit_code == EXIT_OK:
@@ -342,6 +371,15 @@ def sany_all(root: Path | None = None) -> list[tuple[str, bool, str]]:
 
 
 # --------------------------------------------------------------------------- CLI
+def _states_cell(r: TlcResult | None) -> str:
+    """Distinct states found (BFS), or states checked by a simulation."""
+    if r is None:
+        return ""
+    if r.distinct is not None:
+        return f"{r.distinct:,}"
+    return "" if r.generated is None else f"{r.generated:,} simulated"
+
+
 @click.group(name="spec")
 def spec() -> None:
     """The TLA+ specification (spec/): model checking and trace validation with TLC."""
@@ -360,13 +398,15 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
     console = Console(width=None if sys.stdout.isatty() else 150)
     root = spec_dir()
     table = Table(title=f"TLC on {root}")
-    for col in ("model", "distinct states", "seconds", "expected", "actual", "result"):
+    for col in ("model", "distinct states", "depth", "TLC time", "seconds", "expected", "actual",
+                "result"):
         table.add_column(col)
     passed = failed = 0
 
     if not only:
         for name, ok, out in sany_all(root):
-            table.add_row(f"SANY {name}", "", "", "ok", "ok" if ok else "error", "PASS" if ok else "FAIL")
+            table.add_row(f"SANY {name}", "", "", "", "", "ok", "ok" if ok else "error",
+                          "PASS" if ok else "FAIL")
             if ok:
                 passed += 1
             else:
@@ -383,7 +423,9 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
         m, r = o.model, o.result
         table.add_row(
             m.name,
-            "" if r is None or r.distinct is None else f"{r.distinct:,}",
+            _states_cell(r),
+            "" if r is None or r.depth is None else str(r.depth),
+            "" if r is None or r.tlc_time is None else r.tlc_time,
             "" if r is None else f"{r.seconds:.1f}",
             m.expected, o.actual, "PASS" if o.ok else "FAIL",
         )
@@ -396,7 +438,7 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
 
     if not only:
         missing = missing_coverage(outcomes)
-        table.add_row("coverage (CI models)", "", "", "all actions taken",
+        table.add_row("coverage (CI models)", "", "", "", "", "all actions taken",
                       "ok" if not missing else "never: " + ", ".join(missing),
                       "PASS" if not missing else "FAIL")
         if missing:
@@ -503,6 +545,40 @@ def _owner(name: str) -> str | None:
     return name.split("~", 1)[0] if "~" in name else None
 
 
+def _log_members(content: str, ids: dict[tuple[str, str], str]) -> tuple[set[str], set[str]] | None:
+    """The sends and the receives a transaction log lists (the reference's JSON lines:
+    a send names the working/ file, a receive the processing/ file), as trace ids; None
+    when the content is not in that format or names a file the trace does not know."""
+    listed: dict[str, set[str]] = {"send": set(), "receive": set()}
+    for line in content.splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            where = {"send": "working", "receive": "processing"}[entry["kind"]]
+            ident = ids.get(("msg", f"{entry['box']}/{where}/{entry['name']}"))
+        except (ValueError, KeyError, TypeError):
+            return None
+        if ident is None:
+            return None
+        listed[entry["kind"]].add(ident)
+    return listed["send"], listed["receive"]
+
+
+def _record_log(lg: dict | None, ev: dict, ids: dict[tuple[str, str], str]) -> dict:
+    """A log event that carries the log's content (the watcher reads it at close_write
+    and at the rename into committing/): the transaction is what the log lists, not
+    what the trace then did, so a commit that applied only part of it is rejected.
+    Returns the TLA+ field the model's logset is checked against ({} without content)."""
+    members = _log_members(ev["content"], ids) if lg is not None and "content" in ev else None
+    if members is None:
+        return {}
+    sends, receives = members
+    lg["listed"] = sends | receives
+    lg["sends"] = set(sends)
+    return {"lset": _tla_set(sorted(lg["listed"]))}
+
+
 def load_trace(path: str | Path) -> list[dict]:
     events = []
     for n, line in enumerate(Path(path).read_text().splitlines()):
@@ -583,9 +659,11 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             gone = ids.get((d[0], ev["dst"]))
             ids[(d[0], ev["dst"])] = ident
             if s[0] == "log":
+                listed = _record_log(log_open.get(int(ident)), ev, ids)
                 if int(ident) in log_open:
                     log_open[int(ident)]["state"] = d[1]
-                emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"')
+                emit(k, op='"logrename"', act=_LOG_RENAME_ACT.get(d[1], '"Next"'), lg=ident, to=f'"{d[1]}"',
+                     **listed)
                 continue
             owner = _owner(d[2]) if d[1] == "processing" else None
             cnt = name_delivery_count(d[2])
@@ -619,7 +697,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                  sc=client(src_owner) if src_owner else "NoOne", n=str(n))
             if s[1] == "working" and d[1] == "target":
                 for lg in log_open.values():
-                    if lg["state"] == "committing":
+                    if lg["state"] == "committing" and lg["listed"] is None:
                         lg["sends"].add(ident)
             continue
         sp = _split(ev["path"])
@@ -633,7 +711,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             if sp[0] == "log":
                 nlog += 1
                 ident = str(nlog)
-                log_open[nlog] = {"state": sp[1], "sends": set()}
+                log_open[nlog] = {"state": sp[1], "sends": set(), "listed": None}
                 emit(k, op='"logcreate"', act='"WriteLog"', lg=ident, to=f'"{sp[1]}"')
             else:
                 if sp[1] != "working":
@@ -649,7 +727,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 continue   # a write to a file created before the trace began
             ident = ids[key]
             if sp[0] == "log":
-                emit(k, op='"logclose"', act='"CloseLog"', lg=ident)
+                listed = _record_log(log_open.get(int(ident)), ev, ids)
+                emit(k, op='"logclose"', act='"CloseLog"', lg=ident, **listed)
             else:
                 emit(k, op='"close"', act='"CloseWrite"', m=ident)
         elif op == "delete":
@@ -668,7 +747,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                     # a discarded send: rolled back with its transaction's log,
                     # or by a transaction that never wrote one
                     for lg in log_open.values():
-                        if lg["state"] in ("associated", "rolling-back"):
+                        if lg["state"] in ("associated", "rolling-back") and lg["listed"] is None:
                             lg["sends"].add(ident)
                             break
                     else:
@@ -721,6 +800,10 @@ TInit == /\ Init /\ t \in DOMAIN Traces /\ i = 0 /\ ln = [p \in Proc |-> 0]
 (* event (TLC register k, per worker), read back by spec_check.           *)
 Reached(k, n) == IF n > TLCGet(k) THEN PrintT(<<"reached", k, n>>) /\ TLCSet(k, n) ELSE TRUE
 
+(* A log event that recorded the log's content: the model's log lists the  *)
+(* same messages (a commit is checked against its log, not its effects).  *)
+Listed(e, p) == "lset" \in DOMAIN e => logset[p] = e.lset
+
 Match(e) ==
     CASE e.op = "create" ->
             /\ ~Has(e.m) /\ fs' = fs \cup {{NewFile(e.m, e.dst)}}
@@ -746,9 +829,10 @@ Match(e) ==
       [] e.op = "logclose" ->
             /\ fs' = fs /\ UNCHANGED ln
             /\ \E p \in Proc : ln[p] = e.lg /\ log[p] = "writing" /\ log'[p] = "associated"
+                               /\ Listed(e, p)
       [] e.op = "logrename" ->
             /\ fs' = fs /\ UNCHANGED ln
-            /\ \E p \in Proc : ln[p] = e.lg /\ log[p] # e.to /\ log'[p] = e.to
+            /\ \E p \in Proc : ln[p] = e.lg /\ log[p] # e.to /\ log'[p] = e.to /\ Listed(e, p)
       [] e.op = "logdelete" ->
             /\ fs' = fs
             /\ \E p \in Proc : /\ ln[p] = e.lg /\ log[p] # "none" /\ log'[p] = "none"

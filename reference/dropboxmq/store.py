@@ -24,7 +24,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
@@ -32,7 +32,6 @@ from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 MAX_NAME_BYTES = 255
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 # ---------------------------------------------------------------- rename without replace
 
@@ -58,7 +57,7 @@ def rename_noreplace(src: str, dst: str) -> None:
     working/ and target/ = sent).
     """
     global _noreplace_supported
-    if _noreplace_supported:
+    if _noreplace_supported and _renameat2 is not None:
         if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
             src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
         else:
@@ -150,6 +149,21 @@ class Dropbox:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
+        self._plain: set[State] = set()  # state directories seen to be no symlink
+
+    def _check_plain(self, state: State) -> None:
+        """Before the first write into a state directory: a symlink there (or for the
+        dropbox itself) could lead out of the root, so nothing is written through it."""
+        if state in self._plain:
+            return
+        for path in (self.path, self._dirs[state]):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    raise StoreError(f"{path} is a symlink or no directory: the library neither reads "
+                                     "nor writes through it")
+            except FileNotFoundError:
+                return  # not there (yet): the move itself says so
+        self._plain.add(state)
 
     def __repr__(self) -> str:
         return f"Dropbox({str(self.path)!r})"
@@ -157,11 +171,13 @@ class Dropbox:
     # --- layout
     def ensure(self) -> "Dropbox":
         for d in STATE_DIRS:
-            os.makedirs(self.path / d, exist_ok=True)
+            ensure_dir(self.path / d)
         return self
 
     def exists(self) -> bool:
-        return all(os.path.isdir(self.path / d) for d in STATE_DIRS)
+        """All six state directories are real directories (a symlink is not: it could lead
+        out of the root)."""
+        return is_real_dir(self.path) and all(is_real_dir(self._dirs[s]) for s in State if s.value is not None)
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
@@ -197,32 +213,42 @@ class Dropbox:
 
     # --- listing
     def list(self, state: State) -> list[str]:
-        """One directory listing; dot-files are foreign work in progress and never listed."""
+        """One directory listing; dot-files are foreign work in progress and never listed.
+        A state directory that is a symlink lists as empty: nothing outside the root is
+        ever claimed, expired or swept through it."""
+        path = self._dirs[state]
         try:
-            return [n for n in os.listdir(self._dirs[state]) if not n.startswith(".")]
-        except FileNotFoundError:
+            # lstat, not an open(O_NOFOLLOW): a listing costs no file descriptor (and the
+            # fault-injection runs count opens per operation)
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return []
+            return [n for n in os.listdir(path) if not n.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def count(self, state: State) -> int:
         return len(self.list(state))
 
     # --- CREATE: ABSENT -> NOT_COMMITTED
-    def create(self, name: str, body: bytes, durable: bool) -> None:
+    def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
-        fsync it when durable.  On any failure the partial file is removed."""
+        fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
+        an open regular file: it is copied from offset 0 in chunks (a large body is never
+        held in memory; several copies of one file each start at 0)."""
         next_state(State.ABSENT, Move.CREATE)
         if len(os.fsencode(name)) > MAX_NAME_BYTES:
             raise StoreError(f"file name is {len(os.fsencode(name))} bytes, over the {MAX_NAME_BYTES}-byte limit")
         path = self.file(State.NOT_COMMITTED, name)
+        self._check_plain(State.NOT_COMMITTED)
         try:
             fd = os.open(path, _O_CREATE, 0o644)
         except OSError as exc:
             raise _store_error("create", path, exc) from exc
         try:
-            view = memoryview(body)
-            while view:  # short writes happen (signals, nearly full disks)
-                written = os.write(fd, view)
-                view = view[written:]
+            if isinstance(body, (bytes, bytearray, memoryview)):
+                _write_all(fd, body)
+            else:
+                _copy_file(body.fileno(), fd)
             if durable:
                 os.fsync(fd)
         except OSError as exc:
@@ -250,6 +276,7 @@ class Dropbox:
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
         src = self.file(source, name)
+        self._check_plain(source)
         if destination is State.ABSENT:
             try:
                 os.unlink(src)
@@ -259,6 +286,7 @@ class Dropbox:
                 raise _store_error("delete", src, exc) from exc
             return True
         dst = self.file(destination, new_name or name)
+        self._check_plain(destination)
         try:
             rename_noreplace(src, dst)
         except FileNotFoundError:
@@ -276,41 +304,29 @@ class Dropbox:
 
     def _move_aside(self, src: str, destination: State, name: str) -> bool:
         for n in range(1, 1000):
+            aside = cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES)
             try:
-                rename_noreplace(src, self.file(destination, f"{n}~{name}"[:MAX_NAME_BYTES]))
+                rename_noreplace(src, self.file(destination, aside))
                 return True
             except FileExistsError:
                 continue
             except FileNotFoundError:
                 return False
+            except OSError as exc:
+                raise _store_error("move aside", src, exc) from exc
         raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
+    def open_body(self, state: State, name: str) -> BinaryIO:
+        """A message body as an open binary file, to stream a large body instead of reading
+        it whole (NotARegularFile: see :func:`open_regular`).  The file stays readable after
+        the message moves on (same inode)."""
+        return os.fdopen(open_regular(self.file(state, name)), "rb")
+
     def read(self, state: State, name: str) -> bytes:
         """Read a message body.  Symlinks, FIFOs, directories and other non-regular
         files raise NotARegularFile (they are quarantined, never delivered)."""
-        path = self.file(state, name)
-        try:
-            fd = os.open(path, _O_READ)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-                raise NotARegularFile(path) from exc
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise NotARegularFile(path)
-            chunks = []
-            want = max(st.st_size + 1, 65536)
-            while True:
-                chunk = os.read(fd, want)
-                if chunk:
-                    chunks.append(chunk)
-                if len(chunk) < want:  # a short read of a regular file is its end: no extra read()
-                    break
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        return read_regular_file(self.file(state, name))
 
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
@@ -349,8 +365,128 @@ class Dropbox:
         return False
 
 
+_COPY_CHUNK = 1 << 20
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:  # short writes happen (signals, nearly full disks)
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _copy_file(src: int, dst: int) -> None:
+    """Copy a regular file from offset 0 (pread: the source's own offset is untouched)."""
+    offset = 0
+    while chunk := os.pread(src, _COPY_CHUNK, offset):
+        _write_all(dst, chunk)
+        offset += len(chunk)
+
+
 class NotARegularFile(OSError):
     """A symlink, FIFO, device or directory where a message file should be."""
+
+
+def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """Open a file the library expects to be its own regular file: never following a
+    symlink, never blocking (a FIFO opens at once instead of waiting for a writer), and
+    checked with fstat.  NotARegularFile for anything else; the fd is blocking again."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_READ_CAP = 1 << 30  # one read() returns at most 0x7ffff000 bytes on Linux anyway
+
+
+def read_regular_file(path: str | Path) -> bytes:
+    """The whole content of a regular file (see :func:`open_regular`), read until its end:
+    one read() never returns more than 0x7ffff000 bytes on Linux, so a short read is the
+    end only once the size fstat reported has been read."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        chunks, total = [], 0
+        while True:
+            want = min(max(size - total + 1, 65536), _READ_CAP)
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if len(chunk) < want and total >= size:  # short and the whole size read: the end
+                break
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def cut_to_bytes(name: str, limit: int) -> str:
+    """``name`` cut to at most ``limit`` bytes on disk, never inside a character (names are
+    bytes-safe text: undecodable bytes travel as surrogateescape)."""
+    raw = os.fsencode(name)
+    if len(raw) <= limit:
+        return name
+    return os.fsdecode(_whole_chars(raw[:limit]))
+
+
+def _whole_chars(raw: bytes) -> bytes:
+    """``raw`` without a multi-byte UTF-8 character cut at its end."""
+    for back in range(1, 4):
+        if len(raw) < back:
+            break
+        b = raw[-back]
+        if b < 0x80:
+            break  # ASCII: nothing cut
+        if b >= 0xC0:  # a lead byte: does its character fit in the bytes left?
+            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return raw if need <= back else raw[:-back]
+    return raw
+
+
+def ensure_dir(path: str | Path) -> None:
+    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
+    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        why = "something that is not a directory is in the way" if isinstance(
+            exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
+        raise StoreError(f"cannot create the directory {path}: {why}") from None
+
+
+def is_plain_path(root: str | Path, path: str | Path) -> bool:
+    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
+    where the layout says (a symlinked internal directory could lead out of the root, or
+    make rolling-back/ the committing/ directory)."""
+    real_root = os.path.realpath(root)
+    return os.path.realpath(path) == os.path.join(real_root, os.path.relpath(path, root))
+
+
+def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
+    """:func:`ensure_dir`, then StoreError unless the directory is plainly inside ``root``."""
+    ensure_dir(path)
+    if not is_plain_path(root, path):
+        raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
+                         "only in plain directories of the root")
+
+
+def is_real_dir(path: str | Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_quietly(path: str) -> None:
@@ -370,7 +506,7 @@ def iter_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
         if name.startswith(".") or name in ("dropboxmq", "topic-root"):
             continue
         box = Dropbox(Path(root) / name / "incoming")
-        if box.exists():
+        if is_real_dir(Path(root) / name) and box.exists():
             yield name, box
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -39,12 +40,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
-from .errors import IllegalStateError, InvalidDestinationError, JMSException
-from .message import Message, Topic
-from .store import Dropbox
+from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
+from .message import Message, Topic, name_bytes
+from .store import Dropbox, NotARegularFile, ensure_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Connection
+
+log = logging.getLogger(__name__)
 
 DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE = "durable", "nondurable", "shared", "shared-nondurable"
 META = ".subscription"
@@ -81,6 +84,25 @@ class SubscriptionInfo:
                                                                       other.no_local)
 
 
+class CorruptSubscriptionError(StoreError):
+    """A ``.subscription`` file this library did not write."""
+
+
+_INFO_TYPES = {"kind": (str,), "name": (str,), "client_id": (str, type(None)), "topic": (str,),
+               "selector": (str, type(None)), "no_local": (bool,)}
+
+
+def _parse_info(d: object) -> SubscriptionInfo:
+    if not isinstance(d, dict) or set(d) != set(_INFO_TYPES):
+        raise ValueError(f"expected an object with the keys {sorted(_INFO_TYPES)}")
+    for key, types in _INFO_TYPES.items():
+        if not isinstance(d[key], types):
+            raise ValueError(f"{key} is a {type(d[key]).__name__}")
+    if d["kind"] not in (DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE):
+        raise ValueError(f"unknown kind {d['kind']!r}")
+    return SubscriptionInfo(**d)
+
+
 class Subscription:
     """One subscription directory: a dropbox plus metadata and consumer locks."""
 
@@ -90,8 +112,14 @@ class Subscription:
 
     @property
     def info(self) -> SubscriptionInfo:
-        with open(self.path / META, encoding="utf-8") as f:
-            return SubscriptionInfo(**json.load(f))
+        """The metadata; FileNotFoundError while the subscription is being created or
+        removed, CorruptSubscriptionError when ``.subscription`` is not ours (a FIFO, a
+        symlink, JSON of another shape)."""
+        path = self.path / META
+        try:
+            return _parse_info(json.loads(read_regular_file(path).decode("utf-8")))
+        except (NotARegularFile, ValueError, TypeError, KeyError) as exc:
+            raise CorruptSubscriptionError(f"{path} is not a subscription file: {exc}") from None
 
     def exists(self) -> bool:
         return (self.path / META).exists()
@@ -121,9 +149,9 @@ class Subscription:
             return 0
         for name in names:
             try:
-                fd = os.open(self.path / CONSUMERS / name, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
+                fd = open_regular(self.path / CONSUMERS / name)
+            except (FileNotFoundError, NotARegularFile):
+                continue  # gone, or a FIFO/symlink: no consumer of ours
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -134,7 +162,7 @@ class Subscription:
 
     def attach(self, exclusive: bool) -> "Attachment":
         """Register an active consumer; ``exclusive``: fail if any other is active."""
-        os.makedirs(self.path / CONSUMERS, exist_ok=True)
+        ensure_dir(self.path / CONSUMERS)
         lock = Attachment(self.path / CONSUMERS / uuid.uuid4().hex)
         if exclusive and self.active_consumers() > 1:
             lock.release()
@@ -159,7 +187,7 @@ class Attachment:
 
     def __init__(self, path: Path):
         self.path = path
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.fd: int | None = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
 
     def release(self) -> None:
@@ -183,7 +211,7 @@ def subscriptions_of(root: Path, topic: Topic) -> Iterator[Subscription]:
     except FileNotFoundError:
         return
     for name in names:
-        if not name.startswith("."):
+        if not name.startswith(".") and is_real_dir(d / name):  # a symlink may lead out of the root
             yield Subscription(d / name)
 
 
@@ -227,9 +255,14 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
         raise JMSException("a subscription name is required")
     client = None if kind in (SHARED_DURABLE, SHARED_NON_DURABLE) and conn.client_id_generated else conn.client_id
     info = SubscriptionInfo(kind, name, client, topic.name, selector, no_local)
+    sub_id = info.sub_id()
+    if name_bytes(sub_id) > codec.MAX_NAME_BYTES:  # sub_id() allows only undecodable bytes
+        raise InvalidDestinationError(
+            f"subscription name {name!r} is too long: its directory name would be {name_bytes(sub_id)} bytes, "
+            f"over the {codec.MAX_NAME_BYTES}-byte limit")
     subs_dir = layout.subscriptions_dir(root, topic)
-    os.makedirs(subs_dir, exist_ok=True)
-    path = subs_dir / info.sub_id()
+    ensure_dir(subs_dir)
+    path = subs_dir / sub_id
 
     if kind in (DURABLE, SHARED_DURABLE):
         for other in find_by_name(root, name, client):
@@ -267,7 +300,7 @@ def close_consumer(sub: Subscription, attachment: Attachment) -> None:
     attachment.release()
     try:
         kind = sub.info.kind
-    except FileNotFoundError:
+    except (FileNotFoundError, CorruptSubscriptionError):
         return
     if kind in (NON_DURABLE, SHARED_NON_DURABLE) and sub.active_consumers() == 0:
         sub.remove()
@@ -310,8 +343,11 @@ def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client:
         for sub in subscriptions_of(root, t):
             try:
                 info = sub.info
-            except (FileNotFoundError, ValueError):
+            except FileNotFoundError:
                 continue  # being created or removed right now
+            except CorruptSubscriptionError as exc:
+                log.warning("publish skips %s", exc)  # one bad subscription must not stop the rest
+                continue
             if info.no_local and publisher_client is not None and info.client_id == publisher_client:
                 continue
             if not info.durable and sub.active_consumers() == 0:
@@ -333,7 +369,12 @@ def reclaim_orphans(root: Path) -> int:
                 sub = Subscription(Path(dirpath) / name)
                 if name.startswith(".") or not sub.exists():
                     continue
-                if not sub.info.durable and sub.active_consumers() == 0:
+                try:
+                    durable = sub.info.durable
+                except (FileNotFoundError, CorruptSubscriptionError) as exc:
+                    log.warning("recovery skips %s", exc)
+                    continue
+                if not durable and sub.active_consumers() == 0:
                     sub.remove()
                     removed += 1
             dirnames[:] = []

@@ -19,6 +19,7 @@ Applying a move twice is harmless: a move whose source is gone returns False
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,10 @@ from typing import Iterator
 from . import codec
 from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
-from .store import Dropbox, _fsync_dir, sync_file_system, sync_many
+from .store import (Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, open_regular,
+                    read_regular_file, sync_file_system, sync_many)
+
+log = logging.getLogger(__name__)
 
 ASSOCIATED, COMMITTING, ROLLING_BACK = "associated", "committing", "rolling-back"
 LOG_DIRS = (ASSOCIATED, COMMITTING, ROLLING_BACK, "committed", "rolled-back")
@@ -40,12 +44,35 @@ class LogEntry:
     name: str  # working/ name (send) or processing/ name (receive)
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name}, ensure_ascii=False)
+        # ASCII escapes: a name with an undecodable byte (a surrogate) survives the round trip
+        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name})
 
     @classmethod
     def from_json(cls, line: str) -> "LogEntry":
+        """KeyError/ValueError for a torn line; CorruptLogError for a whole line that is no
+        entry of ours, or that names a path outside the root."""
         d = json.loads(line)
-        return cls(d["kind"], d["box"], d["name"])
+        if not isinstance(d, dict):
+            raise CorruptLogError(f"log line {line[:80]!r} is not an object")
+        entry = cls(d["kind"], d["box"], d["name"])
+        if entry.kind not in ("send", "receive") or not is_inside(entry.box) or not is_file_name(entry.name):
+            raise CorruptLogError(f"log entry {line[:120]!r} is not a send or receive inside the root")
+        return entry
+
+
+class CorruptLogError(StoreError, ValueError):
+    """A transaction log that this library did not write (wrong shape, a path leaving the root)."""
+
+
+def is_inside(rel: object) -> bool:
+    """A relative path with no ``..``, ``.`` or empty component: it stays below the root."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
+def is_file_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def transaction_dir(root: Path) -> Path:
@@ -54,7 +81,7 @@ def transaction_dir(root: Path) -> Path:
 
 def ensure_layout(root: Path) -> None:
     for d in LOG_DIRS:
-        os.makedirs(transaction_dir(root) / d, exist_ok=True)
+        ensure_plain_dir(root, transaction_dir(root) / d)
 
 
 def log_owner(log_name: str) -> str:
@@ -82,9 +109,7 @@ class TransactionLog:
             rel = self._rel[key] = os.path.relpath(key, self.root)
         entry = LogEntry(kind, rel, name)
         if self._fd is None:
-            self._fd = os.open(
-                self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
+            self._fd = open_regular(self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
 
@@ -124,10 +149,19 @@ class TransactionLog:
         os.unlink(self._path(ROLLING_BACK))
 
 
+def box_in_root(root: Path, rel: str) -> Dropbox:
+    """The dropbox a log names by its path relative to the root; CorruptLogError if that
+    path leaves the root by ``..`` or goes through a symlink."""
+    path = Path(root) / rel
+    if not is_inside(rel) or not is_plain_path(root, path):
+        raise CorruptLogError(f"transaction log names {rel!r}, which is outside the root")
+    return Dropbox(path)
+
+
 def _box(root: Path, rel: str, boxes: dict[str, Dropbox]) -> Dropbox:
     box = boxes.get(rel)
     if box is None:  # one Dropbox per directory, not one per entry
-        box = boxes[rel] = Dropbox(Path(root) / rel)
+        box = boxes[rel] = box_in_root(root, rel)
     return box
 
 
@@ -158,26 +192,33 @@ def roll_back(root: Path, entries: list[LogEntry]) -> None:
 
 
 def read_log(path: Path) -> list[LogEntry]:
+    """The entries of a log (a regular file: a FIFO or symlink raises NotARegularFile).
+    CorruptLogError for a log this library did not write."""
     entries = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    entries.append(LogEntry.from_json(line))
-                except (ValueError, KeyError):
-                    break  # a torn last line: the op it describes never happened
+    text = read_regular_file(path).decode("utf-8", "surrogateescape")
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            try:
+                entries.append(LogEntry.from_json(line))
+            except CorruptLogError:
+                raise
+            except (ValueError, KeyError, TypeError):
+                break  # a torn last line: the op it describes never happened
     return entries
 
 
-def pending_logs(root: Path) -> Iterator[tuple[str, Path]]:
-    """(directory, path) of every log still on disk."""
-    for where in (COMMITTING, ASSOCIATED, ROLLING_BACK):
+def pending_logs(root: Path, dirs: tuple[str, ...] = (COMMITTING, ASSOCIATED, ROLLING_BACK)
+                 ) -> Iterator[tuple[str, Path]]:
+    """(directory, path) of every log still on disk (in ``dirs``)."""
+    for where in dirs:
         d = transaction_dir(root) / where
+        if not is_plain_path(root, d):
+            continue  # a symlinked log directory holds no log of ours: never follow it
         try:
             names = sorted(os.listdir(d))
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # a file where the directory belongs holds no log of ours
         for name in names:
             yield where, d / name
 
@@ -188,9 +229,11 @@ def logged_sends(root: Path) -> set[str]:
     read where it went, so a transaction committing or rolling back meanwhile is not missed."""
     names: set[str] = set()
     for where in (ASSOCIATED, COMMITTING, ROLLING_BACK):
+        if not is_plain_path(root, transaction_dir(root) / where):
+            continue  # a symlinked log directory holds no log of ours
         try:
             listed = sorted(os.listdir(transaction_dir(root) / where))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             continue
         for log_name in listed:
             for place in (where, COMMITTING, ROLLING_BACK):
@@ -198,6 +241,8 @@ def logged_sends(root: Path) -> set[str]:
                     entries = read_log(transaction_dir(root) / place / log_name)
                 except FileNotFoundError:
                     continue
+                except (NotARegularFile, CorruptLogError):
+                    break  # not a log of ours: it names no send
                 names.update(e.name for e in entries if e.kind == "send")
                 break
     return names
@@ -229,17 +274,21 @@ def finish_dead_commits(root: Path) -> int:
     an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
     from .clients import is_dead
 
-    d = transaction_dir(root) / COMMITTING
-    try:
-        names = sorted(os.listdir(d))
-    except FileNotFoundError:
-        return 0
     n = 0
-    for name in names:
-        if is_dead(root, log_owner(name)):
-            recover_log(root, COMMITTING, d / name)
+    for where, path in list(pending_logs(root, (COMMITTING,))):
+        if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
             n += 1
     return n
+
+
+def _recover_ours(root: Path, where: str, path: Path) -> bool:
+    """recover_log, leaving alone (with a warning) what is no log of ours."""
+    try:
+        recover_log(root, where, path)
+    except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
+        log.warning("transaction log %s left alone: %s", path, exc)
+        return False
+    return True
 
 
 def recover_owner(root: Path, client_id: str) -> int:
@@ -250,6 +299,6 @@ def recover_owner(root: Path, client_id: str) -> int:
     n = 0
     for where, path in list(pending_logs(root)):
         if log_owner(path.name) == client_id:
-            recover_log(root, where, path)
-            n += 1
+            if _recover_ours(root, where, path):
+                n += 1
     return n

@@ -80,8 +80,9 @@ from .clients import is_dead, registration_path
 from .errors import DropboxMQError, IllegalStateError
 from .lifecycle import Move, State
 from .session import AckMode, Session
-from .store import MAX_NAME_BYTES, Dropbox, _fsync_dir, rename_noreplace
-from .transaction import ASSOCIATED, transaction_dir
+from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, read_regular_file, rename_noreplace
+from .transaction import ASSOCIATED, CorruptLogError, box_in_root, is_file_name, is_inside, transaction_dir
+
 
 UNASSOCIATED = "unassociated"
 PREPARED = "prepared"
@@ -229,21 +230,33 @@ class BranchLog:
 
     @classmethod
     def load(cls, path: Path) -> "BranchLog":
-        with open(path, encoding="utf-8") as f:
-            lines = [line for line in f.read().splitlines() if line.strip()]
+        """CorruptLogError (a ValueError) for anything but a log of ours: a FIFO or symlink,
+        another shape, an entry naming a path outside the root."""
+        try:
+            text = read_regular_file(path).decode("utf-8")
+        except NotARegularFile as exc:
+            raise CorruptLogError(f"{path}: {exc.strerror}") from None
+        lines = [line for line in text.splitlines() if line.strip()]
         if not lines:
             raise ValueError(f"{path}: empty xa log")
-        head = json.loads(lines[0])
         entries = []
         for line in lines[1:]:
             try:
                 d = json.loads(line)
-                entries.append(XAEntry(d["kind"], d["box"], d["name"], d["parked"], d["final"]))
-            except (ValueError, KeyError):
+                entry = XAEntry(d["kind"], d["box"], d["name"], d["parked"], d["final"])
+            except (ValueError, KeyError, TypeError):
                 break  # torn tail: only possible in unassociated/, before any file was parked
-        x = head["xid"]
-        return cls(Xid(x["format_id"], x["gtrid"], x["bqual"]), head.get("owner", ""), entries,
-                   head.get("prepared_at", 0.0), head.get("pid", 0), head.get("host", ""))
+            if entry.kind not in ("send", "receive") or not is_inside(entry.box) or not all(
+                    is_file_name(n) for n in (entry.name, entry.parked, entry.final)):
+                raise CorruptLogError(f"{path}: entry {line[:120]!r} is not a send or receive inside the root")
+            entries.append(entry)
+        try:
+            head = json.loads(lines[0])
+            x = head["xid"]
+            return cls(Xid(x["format_id"], x["gtrid"], x["bqual"]), head.get("owner", ""), entries,
+                       head.get("prepared_at", 0.0), head.get("pid", 0), head.get("host", ""))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CorruptLogError(f"{path}: not an xa log head: {exc}") from None
 
 
 def xa_dir(root: Path, where: str) -> Path:
@@ -252,7 +265,7 @@ def xa_dir(root: Path, where: str) -> Path:
 
 def ensure_xa_layout(root: Path) -> None:
     for d in XA_DIRS:
-        os.makedirs(xa_dir(root, d), exist_ok=True)
+        ensure_plain_dir(root, xa_dir(root, d))
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -358,7 +371,7 @@ def find_branch(root: Path, xid: Xid) -> tuple[str, Path] | None:
 def _apply(root: Path, log: BranchLog, commit: bool) -> None:
     touched: set[str] = set()
     for e in log.entries:
-        box = Dropbox(Path(root) / e.box)
+        box = box_in_root(root, e.box)
         if e.kind == "send":
             if commit:
                 box.move(Move.SEND, State.NOT_COMMITTED, e.parked, e.final)
@@ -417,9 +430,8 @@ def _abandoned(root: Path, log: BranchLog) -> bool:
     if not log.owner or is_dead(root, log.owner):
         return True
     try:
-        with open(registration_path(root, log.owner), encoding="utf-8", errors="replace") as f:
-            reg = f.read().split()
-    except FileNotFoundError:
+        reg = read_regular_file(registration_path(root, log.owner)).decode("utf-8", "replace").split()
+    except (FileNotFoundError, NotARegularFile):
         return False  # closed cleanly or never registered: a live prepare removes its own log
     return bool(log.pid) and (f"pid={log.pid}" not in reg or f"host={log.host}" not in reg)
 
@@ -435,7 +447,7 @@ def _roll_back_unassociated(root: Path, path: Path) -> bool:
     if not _abandoned(root, log):
         return False
     for e in log.entries:
-        box = Dropbox(Path(root) / e.box)
+        box = box_in_root(root, e.box)
         for n in (e.parked, e.name):
             if e.kind == "send":
                 box.move(Move.DISCARD, State.NOT_COMMITTED, n)
@@ -479,9 +491,11 @@ def _sweep_staging_leftovers(root: Path, age: float = 3600.0) -> None:
 
 def _logs(root: Path, where: str) -> list[Path]:
     d = xa_dir(root, where)
+    if not is_plain_path(root, d):
+        return []  # a symlinked log directory holds no log of ours
     try:
         return [d / n for n in sorted(os.listdir(d)) if n.startswith(LOG_PREFIX)]
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 

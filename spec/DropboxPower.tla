@@ -1,0 +1,99 @@
+---------------------------- MODULE DropboxPower ----------------------------
+(***************************************************************************)
+(* Power loss, not just kill -9.  A rename or create is in the directory   *)
+(* in memory at once but survives a power cut only once a directory fsync *)
+(* (or the kernel's writeback) has made it durable.  This module wraps     *)
+(* Dropbox: dur[m] is the last durable entry of message m (a set of at     *)
+(* most one file; {} = none), and PowerLoss kills every process and puts   *)
+(* any set of messages back to their durable entry.                       *)
+(*                                                                         *)
+(* The fsyncs of the implementation that matter to a sender:              *)
+(*   send() of a PERSISTENT message: rename working -> target, fsync      *)
+(*     target/, return (SendReturns);                                      *)
+(*   commit(): fsync target/ after the renames, then unlink the log       *)
+(*     (DeleteLogProd), then return.                                       *)
+(* Every other entry becomes durable whenever the kernel writes it back   *)
+(* (Writeback).  NoLossAckedSend: what send() or commit() acknowledged is  *)
+(* never lost (nor back to uncommitted) -- unless purged.                  *)
+(***************************************************************************)
+EXTENDS DropboxMC
+
+VARIABLES
+    dur,        \* dur[m]: m's durable directory entry ({} or one file)
+    sendDone    \* history: messages whose send() / commit() returned
+
+pvars == <<vars, dur, sendDone>>
+
+(* The definition the mutant overrides: send() fsyncs target/ before it  *)
+(* returns (mutant: it returns without the fsync).                       *)
+SendSyncsTarget == TRUE
+MutantSendSyncsTarget == FALSE
+
+Volatile == {m \in Msg : FilesOf(m) # dur[m]}
+(* fsync of target/: every entry renamed into target/ is durable now, and *)
+(* so is every rename out of it not yet durable (a claim that came before *)
+(* the fsync; the model then takes the message's later renames as durable *)
+(* too, which only spares them from being undone).                       *)
+SyncTarget ==
+    dur' = [m \in Msg |-> IF \/ In(m, "target")
+                             \/ m \in everNew /\ \A f \in dur[m] : f.d \in {"working", "target"}
+                          THEN FilesOf(m) ELSE dur[m]]
+
+PInit == Init /\ dur = [m \in Msg |-> {}] /\ sendDone = {}
+
+(* send() of plain message m returns after the rename (Send).            *)
+SendReturns(m) ==
+    /\ alive[Prod] /\ m \notin TxMsgs /\ m \notin sendDone
+    /\ m \in everNew
+    /\ IF SendSyncsTarget THEN SyncTarget ELSE UNCHANGED dur
+    /\ sendDone' = sendDone \cup {m}
+    /\ UNCHANGED vars
+
+(* The producer's commit: fsync target/, unlink the log, return.          *)
+CommitReturns ==
+    /\ DeleteLogProd
+    /\ SyncTarget
+    /\ sendDone' = sendDone \cup logset[Prod]
+
+(* The kernel writes m's current entry back on its own.                  *)
+Writeback(m) ==
+    /\ m \in Volatile
+    /\ dur' = [dur EXCEPT ![m] = FilesOf(m)]
+    /\ UNCHANGED <<vars, sendDone>>
+
+(* Power loss: every process dies (as Crash), and each message whose     *)
+(* entry is not durable may be back at its durable one (or gone).        *)
+PowerLoss ==
+    /\ crashes < MaxCrashes
+    /\ \E V \in SUBSET Volatile :
+         fs' = {f \in fs : f.m \notin V} \cup UNION {dur[m] : m \in V}
+    /\ alive' = [p \in Proc |-> FALSE]
+    /\ crashes' = crashes + 1
+    /\ ppc' = "idle"
+    /\ listing' = [c \in Consumer |-> {}]
+    /\ cpc' = [c \in Consumer |-> "idle"]
+    /\ cur' = [c \in Consumer |-> NoMsg]
+    /\ held' = [c \in Consumer |-> <<>>]
+    /\ todo' = [c \in Consumer |-> {}]
+    /\ UNCHANGED <<log, logset, created, mode, expired, handled, deliveries, purged,
+                   everNew, dur, sendDone>>
+
+(* Every other step of Dropbox leaves durability alone.  (A producer's   *)
+(* DeleteLogProd is CommitReturns: it syncs target/ first.)              *)
+IsDeleteLogProd == ppc = "commit" /\ ppc' = "idle" /\ alive'[Prod]
+
+PNext ==
+    \/ Next /\ ~IsDeleteLogProd /\ UNCHANGED <<dur, sendDone>>
+    \/ CommitReturns
+    \/ \E m \in Msg : SendReturns(m) \/ Writeback(m)
+    \/ PowerLoss
+
+PSpec == PInit /\ [][PNext]_pvars
+
+(* What send() or commit() acknowledged stays committed.                  *)
+NoLossAckedSend ==
+    \A m \in sendDone : AbsState(m) \notin {"ABSENT", "NOT_COMMITTED"} \/ m \in purged
+
+(* Reachability: a power loss does undo a rename.                         *)
+WitnessNoUndo == \A m \in Msg : ~(In(m, "working") /\ m \in everNew /\ ~alive[Prod])
+=============================================================================

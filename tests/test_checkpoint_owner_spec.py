@@ -1,0 +1,25 @@
+"""TLC on spec/CheckpointOwner.tla (claims owned by a Spark query's checkpoint): the model holds,
+and the process-owned variant (what dropboxmq did before) is caught processing a message twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from dropboxmq.spec_check import models, run_model
+
+
+def _model(name: str):
+    return next(m for m in models() if m.name == name)
+
+
+@pytest.mark.slow
+def test_claims_owned_by_the_checkpoint_are_processed_exactly_once():
+    out = run_model(_model("checkpointowner"), workers="1")
+    assert out.ok and out.actual == "ok", out.result.output[-3000:]
+    assert "No error has been found" in out.result.output
+
+
+@pytest.mark.slow
+def test_claims_owned_by_the_process_are_processed_twice():
+    out = run_model(_model("mutant:CheckpointOwnerMutant"), workers="1")
+    assert out.ok and out.actual == "12 ExactlyOnce", out.result.output[-3000:]

@@ -1,0 +1,221 @@
+"""The hostile-root fuzzer (issue 15): roots holding random hostile entries in every directory
+-- FIFOs, sockets, symlinks into and out of the root, directories where files belong, junk and
+wrong-shaped JSON, logs naming ``../`` paths, non-UTF-8 and 255-byte names, hard links --
+then every verb and API entry point runs against them (tests/hostile_worker.py, in a child
+process with a time bound).  Each must finish, raise only documented errors, leave every file
+outside the root as it was (checksummed, and nothing added) and lose no valid message.
+
+Profiles: ``short`` (default, part of ``make test``: a few dozen derandomized examples) and
+``long`` (``DROPBOXMQ_FUZZ_PROFILE=long``, run by ``make stress``: many random examples)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dropboxmq import codec
+from dropboxmq.message import Queue, TextMessage, Topic
+from dropboxmq.session import Connection, Settings
+from dropboxmq.store import Dropbox
+
+FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
+WORKER = Path(__file__).with_name("hostile_worker.py")
+#: every verb and entry point together finish in a few seconds; more than this is a hang
+BOUND = 120
+
+settings.register_profile("hostile-short", max_examples=12, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=list(HealthCheck))
+settings.register_profile("hostile-long", max_examples=400, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck))
+PROFILE = "hostile-" + os.environ.get("DROPBOXMQ_FUZZ_PROFILE", "short")
+
+STATES = ("working", "target", "processing", "processed", "expired", "error")
+#: every directory a hostile entry may appear in ("" = the root itself)
+PLACES = (
+    [f"q/incoming/{s}" for s in STATES] + [f"h/incoming/{s}" for s in STATES] + [
+        "", "h", "h/incoming", "topic-root", "topic-root/t", "topic-root/t/.subscriptions",
+        "topic-root/t/.subscriptions/s.c", "topic-root/t/.subscriptions/s.c/.consumers",
+        "topic-root/t/.subscriptions/s.c/target", "topic-root/t/.incoming/target", "dropboxmq",
+        "dropboxmq/clients", "dropboxmq/transaction/associated", "dropboxmq/transaction/committing",
+        "dropboxmq/transaction/rolling-back", "dropboxmq/transaction/prepared",
+        "dropboxmq/transaction/unassociated", "dropboxmq/transaction/xa-committing",
+    ])
+
+#: names chosen to hit edges: client ids in use, owner prefixes, '~', 255 bytes, undecodable bytes
+NAMES = [
+    b"c", b"fuzz", b"ghost", b"ghost~" + b"x" * 249, b"ghost~s~1", b"fuzz~s~1", b"c~s~1",
+    b"4.ID%3Ahostile.x", b"ghost~4.ID%3Ahostile.x", b"c~4.ID%3Ahostile.x", b"\xff\xfe~" + b"y" * 200,
+    b"caf\xe9", b"4." + "é".encode() * 126, b"4." + "é".encode() * 126 + b"x", b".subscription",
+    b"recovery.lock", b"xa-0-00-0", b"target", b"s.c", b"q", b"~", b"%", b"+",
+]
+names = st.one_of(st.sampled_from(NAMES),
+                  st.binary(min_size=1, max_size=255).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                             and b not in (b".", b"..")))
+
+JSONS = [
+    b"[1, 2]", b'{"kind": 5}', b'"durable"', b"{", b"", b"null", b"\xff\xfe",
+    b'{"kind": "send", "box": "../outside/incoming", "name": "victim"}\n',
+    b'{"kind": "receive", "box": "../outside/incoming", "name": "victim"}\n',
+    b'{"kind": "send", "box": "q/incoming", "name": "../../../outside/incoming/working/victim"}\n',
+    b'{"kind": "send", "box": "OUTSIDE", "name": "victim"}\n',
+    b'{"kind": "receive", "box": "link/incoming", "name": "victim"}\n',
+    b'{"kind": "send", "box": "q/inc',
+    b'{"kind": "durable", "name": 1, "client_id": null, "topic": "t", "selector": null, "no_local": false}',
+    b'{"kind": "durable", "name": "s", "client_id": "c", "topic": "t", "selector": "a LIKE \'%a%a%a%a%a%a%a%b\'",'
+    b' "no_local": false}',
+    b'{"xid": {"format_id": 1}}\n{"kind": "send", "box": "../outside/incoming", "name": "victim", '
+    b'"parked": "victim", "final": "victim"}\n',
+    b'{"xid": {"format_id": 0, "gtrid": "00", "bqual": "00"}, "owner": "ghost"}\n{"kind": "send", '
+    b'"box": "../outside/incoming", "name": "victim", "parked": "victim", "final": "victim"}\n',
+]
+KINDS = ("fifo", "socket", "symlink-in", "symlink-out", "symlink-out-dir", "dir", "junk", "json",
+         "hardlink-in", "hardlink-out")
+plants = st.lists(st.tuples(st.sampled_from(PLACES), names, st.sampled_from(KINDS), st.sampled_from(JSONS),
+                            st.binary(max_size=64)), min_size=1, max_size=10)
+#: whole-directory replacements: a state or internal directory that is a symlink out, or a file
+REPLACEABLE = ("h/incoming/target", "h/incoming/working", "h/incoming/processing", "q/incoming/processed",
+               "q/incoming/error", "topic-root/t/.subscriptions/s.c/processed", "dropboxmq/transaction/committing",
+               "topic-root/t/.subscriptions/s.c/.subscription", "topic-root/t/.subscriptions/s.c/.consumers",
+               "dropboxmq/transaction/rolling-back", "dropboxmq/transaction/unassociated",
+               "dropboxmq/clients")
+replacements = st.lists(st.tuples(st.sampled_from(REPLACEABLE), st.sampled_from(("symlink-out", "file", "fifo"))),
+                        max_size=2, unique_by=lambda t: t[0])
+
+
+def build(base: Path) -> tuple[Path, Path, set[str]]:
+    """A root with valid messages (their ids returned) and, beside it, files it must not touch."""
+    root, outside = base / "root", base / "outside"
+    Dropbox(outside / "incoming").ensure()
+    for s in STATES:
+        (outside / "incoming" / s / "victim").write_bytes(b"outside " + s.encode())
+        (outside / "incoming" / s / "c~victim").write_bytes(b"outside " + s.encode())
+    (outside / "secret").write_bytes(b"do not touch")
+    valid: set[str] = set()
+    with Connection(root, client_id="c", settings=FAST) as conn:
+        session = conn.create_session()
+        session.create_durable_consumer(Topic("t"), "s").close()
+        for dest in (Queue("q"), Queue("q"), Queue("q"), Topic("t"), Topic("t")):
+            msg = TextMessage(body=b"valid")
+            session.create_producer(dest).send(msg)
+            valid.add(msg.message_id)
+    Dropbox(root / "h" / "incoming").ensure()
+    Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
+    (root / "h" / "incoming" / "target" / "4.ID%3Aforeign.x").write_bytes(b"foreign")
+    for d in ("associated", "committing", "rolling-back", "prepared", "unassociated", "xa-committing"):
+        os.makedirs(root / "dropboxmq" / "transaction" / d, exist_ok=True)
+    os.makedirs(root / "topic-root" / "t" / ".subscriptions" / "s.c" / ".consumers", exist_ok=True)
+    return root, outside, valid
+
+
+def plant(root: Path, outside: Path, place: str, name: bytes, kind: str, json_text: bytes, junk: bytes) -> None:
+    d = os.path.join(os.fsencode(root), os.fsencode(place)) if place else os.fsencode(root)
+    if not os.path.isdir(d):
+        return
+    path = os.path.join(d, name)
+    if os.path.lexists(path):
+        return  # never replace a valid file: that would be our loss, not the library's
+    some_message = next(iter(sorted((root / "q" / "incoming" / "target").iterdir())), None)
+    json_text = json_text.replace(b"OUTSIDE", os.fsencode(outside / "incoming"))
+    try:
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "socket":
+            with tempfile.TemporaryDirectory() as tmp:  # sun_path is short: bind nearby, then move
+                s = socket.socket(socket.AF_UNIX)
+                s.bind(os.path.join(tmp, "s"))
+                s.close()
+                os.rename(os.path.join(tmp, "s"), path)
+        elif kind == "symlink-in":
+            os.symlink(some_message or root, path)
+        elif kind == "symlink-out":
+            os.symlink(outside / "secret", path)
+        elif kind == "symlink-out-dir":
+            os.symlink(outside / "incoming", path)
+        elif kind == "dir":
+            os.mkdir(path)
+            with open(os.path.join(path, b"inner"), "wb") as f:
+                f.write(junk)
+        elif kind == "junk":
+            with open(path, "wb") as f:
+                f.write(junk)
+        elif kind == "json":
+            with open(path, "wb") as f:
+                f.write(json_text)
+        elif kind == "hardlink-in" and some_message is not None:
+            os.link(some_message, path)
+        elif kind == "hardlink-out":
+            os.link(outside / "incoming" / "working" / "victim", path)
+    except OSError:
+        pass  # e.g. a name the file system refuses: no entry planted
+
+
+def replace(root: Path, outside: Path, rel: str, kind: str) -> None:
+    path = root / rel
+    if path.is_dir() and not path.is_symlink():
+        for child in sorted(path.rglob("*"), reverse=True):
+            child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
+        path.rmdir()
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "symlink-out":
+        os.symlink(outside / "incoming" / "target" if "incoming" in rel else outside, path)
+    elif kind == "file":
+        path.write_bytes(b"not a directory")
+    else:
+        os.mkfifo(path)
+
+
+def digest(path: Path) -> dict[str, str]:
+    """Every entry under ``path`` (not following links) with its content's checksum."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for n in dirnames + filenames:
+            p = os.path.join(dirpath, n)
+            st_ = os.lstat(p)
+            key = os.path.relpath(p, path)
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    out[key] = hashlib.sha256(f.read()).hexdigest()
+            else:
+                out[key] = oct(st_.st_mode)
+    return out
+
+
+def names_under(root: Path) -> list[str]:
+    return [n for _, dirs, files in os.walk(root) for n in dirs + files]
+
+
+@settings(settings.get_profile(PROFILE))
+@given(plants=plants, replacements=replacements)
+def test_hostile_root(plants, replacements):
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        root, outside, valid = build(base)
+        os.symlink(outside, root / "link")
+        for p in plants:
+            plant(root, outside, *p)
+        for rel, kind in replacements:
+            replace(root, outside, rel, kind)
+        before = digest(outside)
+        try:
+            done = subprocess.run([sys.executable, str(WORKER), str(root)], capture_output=True, timeout=BOUND)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"a verb hung (over {BOUND} s) with plants {plants} {replacements}") from None
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+        report = json.loads(done.stdout)
+        undocumented = [e for e in report["errors"] if not e["documented"]]
+        assert not undocumented, json.dumps(undocumented, indent=1)[:6000]
+        assert digest(outside) == before, "a file outside the root changed"
+        received = set(report["received"])
+        left = "\n".join(names_under(root))
+        lost = [i for i in valid if i not in received and codec.encode_field(i.removeprefix("ID:")) not in left]
+        assert not lost, f"valid messages lost: {lost}"
