@@ -22,6 +22,7 @@ from pg_server import PgServer, PgUnavailable
 
 from dropboxmq import recovery, xa
 from dropboxmq.coordinator import Coordinator, CoordinatorError
+from dropboxmq.errors import IllegalStateError
 from dropboxmq.message import Queue
 from dropboxmq.session import Connection
 
@@ -433,7 +434,7 @@ def test_one_phase_commit_and_local_tx_refused_inside_branch(tmp_path):
         s = xa.create_xa_session(c)
         s.tpc_begin(s.xid(1, "one", "phase"))
         assert s.create_consumer(Q).receive(5) is not None
-        with pytest.raises(Exception):
+        with pytest.raises(IllegalStateError, match="use tpc_commit"):
             s.commit()
         s.tpc_commit()  # one-phase: the branch is the only resource
         assert s.xa_state == "idle"
