@@ -636,6 +636,26 @@ def _wait_event(ev: threading.Event, procs: list[Proc], timeout: float) -> bool:
     return True
 
 
+def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: str = BOX) -> list[str]:
+    """Let ``proc`` run until it holds a claimed message of ``box`` (``claimed`` is set by a
+    watcher listener on each claim), then kill it (SIGSTOP first, so the listing is exact)
+    and return the processing/ names it held ([] if it never held one before its timeout)."""
+    m, inflight = sc.manifest, []
+    deadline = time.monotonic() + m.timeout
+    while time.monotonic() < deadline and proc.p.poll() is None:
+        if not _wait_event(claimed, [proc], max(0.0, deadline - time.monotonic())):
+            break
+        proc.signal(signal.SIGSTOP)
+        inflight = listdir(sc.root, "processing", box)
+        if inflight:
+            break
+        claimed.clear()
+        proc.signal(signal.SIGCONT)
+    proc.signal(signal.SIGKILL)
+    proc.wait(5)
+    return inflight
+
+
 def consumer_lost_race(m: Manifest, out: Path, n: int = 40) -> tuple[list[Result], Scenario]:
     """Force a lost race: freeze the consumer right after its first claim (SIGSTOP), take
     every remaining message as a competing consumer, let it continue (SIGCONT)."""
@@ -697,18 +717,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
         with sc.helper(PLANTING):
             ids = [put(sc.root, 4, f"k{i}".encode())[0] for i in range(n)]
         proc = sc.run("consume", "consume-1", client_id="impl-1", count=n)
-        deadline = time.monotonic() + m.timeout
-        while time.monotonic() < deadline and proc.p.poll() is None:
-            if not _wait_event(claimed, [proc], max(0.0, deadline - time.monotonic())):
-                break
-            proc.signal(signal.SIGSTOP)
-            inflight = listdir(sc.root, "processing")
-            if inflight:
-                break
-            claimed.clear()
-            proc.signal(signal.SIGCONT)
-        proc.signal(signal.SIGKILL)
-        proc.wait(5)
+        inflight = kill_while_holding(sc, proc, claimed)
         first = parse_output(m, proc.stdout())
         sc.barrier()
         if inflight:

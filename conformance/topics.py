@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -40,8 +38,8 @@ from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
 from .replay import locate
-from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, listdir, make_layout,
-                    mid_of, parse_output, put)
+from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, kill_while_holding, listdir,
+                    make_layout, mid_of, parse_output, put)
 
 #: the actor of the reference distributor's moves in distribute mode (never the implementation's)
 DISTRIBUTING = "suite: distributor (dropboxmq distribute)"
@@ -324,16 +322,7 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
             ids = [put(root, 4, f"k{i}".encode(), box=own)[0] for i in range(n)]
         sc.barrier()
         proc = _run_subscriber(sc, "subscribe-1", n)
-        deadline = time.monotonic() + m.timeout
-        while time.monotonic() < deadline and proc.p.poll() is None and not inflight:
-            if claimed.wait(0.02):
-                proc.signal(signal.SIGSTOP)
-                inflight = listdir(root, "processing", own)
-                if not inflight:
-                    claimed.clear()
-                    proc.signal(signal.SIGCONT)
-        proc.signal(signal.SIGKILL)
-        proc.wait(5)
+        inflight = kill_while_holding(sc, proc, claimed, own)
         first = parse_output(m, proc.stdout())
         sc.barrier()
         if inflight:
@@ -361,7 +350,7 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
     unflagged = [name for _, name in back if name is not None and not codec.decode_name(name).redelivered]
     lost = [i for i in ids if i not in set(first) | set(second)]
     left = listdir(root, "processing", own) + listdir(root, "target", own)
-    for what, items in ((f"in-flight message(s) not back in target/ after recovery", not_back),
+    for what, items in (("in-flight message(s) not back in target/ after recovery", not_back),
                         ("came back without the redelivered flag (JMSXDeliveryCount in the name)", unflagged),
                         ("message(s) never delivered", lost), ("message(s) left in target/ or processing/", left)):
         if items:
