@@ -75,17 +75,21 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
     with Progress(TextColumn("[bold]conformance"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=not console.is_terminal) as progress:
-        task = progress.add_task("starting", total=len(manifests))
+        # one step per scenario of every implementation, and one for the TLC batch
+        steps = sum(len(runner.planned_scenarios(m, wanted)) for m in manifests) + (0 if no_tlc else 1)
+        task = progress.add_task("starting", total=steps)
 
         def tick(what: str) -> None:
             progress.update(task, description=what)
 
-        def done(rep) -> None:
+        def stepped() -> None:
             progress.advance(task)
+
+        def done(rep) -> None:
             progress.update(task, description=f"{rep.name}: {rep.verdict}")
 
         summary = runner.run_all(manifests, out, wanted, tlc=not no_tlc, jobs=jobs, tick=tick, done=done,
-                                     tlc_max_events=tlc_max_events)
+                                 tlc_max_events=tlc_max_events, stepped=stepped)
 
     report.write_json(summary, out / "report.json")
     if html_path:

@@ -103,11 +103,27 @@ def wanted_checks(only: list[str] | None) -> set[str] | None:
     return out
 
 
+def planned_scenarios(m: Manifest, only: set[str] | None = None) -> list[tuple[str, Callable]]:
+    """The scenarios (name, function) run_impl runs for ``m``: those of roles it plays that
+    decide a wanted check; for model checks alone, one scenario per role is enough."""
+    model_only = only is not None and all(c.startswith("model.") for c in only)
+    planned, roles_run = [], set()
+    for name, role, fn, decides in SCENARIOS:
+        if only is not None and not model_only and not (set(decides) & only):
+            continue
+        if (model_only and role in roles_run) or not m.has(role):
+            continue
+        roles_run.add(role)
+        planned.append((name, fn))
+    return planned
+
+
 def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = True,
              tick: Callable[[str], None] | None = None, defer_tlc: bool = False,
-             tlc_max_events: int = replay.TLC_MAX_EVENTS) -> ImplReport:
+             tlc_max_events: int = replay.TLC_MAX_EVENTS, stepped: Callable[[], None] | None = None) -> ImplReport:
     """Run every scenario the manifest can play and judge it.  model.tlc is decided by
-    finish_tlc, here at the end, or (defer_tlc) by the caller for many reports at once."""
+    finish_tlc, here at the end, or (defer_tlc) by the caller for many reports at once.
+    tick(what) names each scenario as it starts; stepped() follows each one's end."""
     rep = ImplReport(m)
     started = time.monotonic()
     impl_out = out / m.name
@@ -115,23 +131,16 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
     impl_out.mkdir(parents=True)
     scenarios = []
     raw: dict[str, list[Result]] = {}
-    model_only = only is not None and all(c.startswith("model.") for c in only)
-    roles_run: set[str] = set()
     try:
-        for name, role, fn, decides in SCENARIOS:
-            if only is not None and not model_only and not (set(decides) & only):
-                continue
-            if model_only and role in roles_run:  # one trace per role is enough for model checks alone
-                continue
-            if not m.has(role):
-                continue
-            roles_run.add(role)
+        for name, fn in planned_scenarios(m, only):
             if tick:
                 tick(f"{m.name}: {name}")
             results, sc = fn(m, impl_out)
             scenarios.append(sc)
             for r in results:
                 raw.setdefault(r.check, []).append(r)
+            if stepped:
+                stepped()
         traced = [] if m.api_only else scenarios  # an API-only implementation has no dropbox to trace
         if traced and (only is None or any(c.startswith("model.") for c in only)):
             for r in suite.model_results(m, traced):
@@ -233,7 +242,7 @@ def trust(reports: list[ImplReport]) -> None:
 def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, tlc: bool = True,
             jobs: int = 3, tick: Callable[[str], None] | None = None,
             done: Callable[[ImplReport], None] | None = None,
-            tlc_max_events: int = replay.TLC_MAX_EVENTS) -> RunSummary:
+            tlc_max_events: int = replay.TLC_MAX_EVENTS, stepped: Callable[[], None] | None = None) -> RunSummary:
     """Judge every implementation (jobs at a time), then validate all their traces with TLC
     in one batch; done(report) is called as each implementation's verdict is final."""
     started = time.monotonic()
@@ -242,7 +251,7 @@ def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, 
     # the slowest (the reference, with its Python start-ups) first
     order = sorted(manifests, key=lambda m: (m.has("adapter"), m.has("consume")), reverse=True)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_impl, m, out, only, tlc, tick, True, tlc_max_events): m for m in order}
+        futs = {pool.submit(run_impl, m, out, only, tlc, tick, True, tlc_max_events, stepped): m for m in order}
         for f in as_completed(futs):
             r = f.result()
             reports[r.name] = r
@@ -254,6 +263,8 @@ def run_all(manifests: list[Manifest], out: Path, only: set[str] | None = None, 
         if tick:
             tick(f"TLC: validating {sum(len(r.tlc_jobs) for r in waiting)} traces")
         tlc_seconds = finish_tlc(waiting)
+    if stepped and tlc:
+        stepped()  # the TLC batch is one step of the progress (see cli: one more than the scenarios)
     ordered = [reports[m.name] for m in manifests]
     trust(ordered)  # a broken example's verdict needs every pass-expected one's results
     for r in ordered:

@@ -703,3 +703,18 @@ def test_java_adapter_answers_hostile_input_and_round_trips_through_an_in_vm_bro
     assert msg["properties"] == {"n": 3, "big": 2**40, "ok": True, "x": 1.5, "s": "a=b&c"}, msg
     assert kinds[7] == "bad_request" and kinds[8] == "unsupported" and answers[9] == {"ok": True}
     assert out.returncode == 0
+
+
+def test_progress_steps_once_per_scenario_as_it_ends(tmp_path):
+    """The CLI's progress bar counts scenarios (and the TLC batch), so it moves while the first,
+    slowest implementation is still running instead of sitting at 0 until every verdict is in."""
+    m = M.load(SHELL / "shell.toml")
+    only = {"producer.exit-clean", "consumer.exit-clean"}
+    planned = [name for name, _ in runner.planned_scenarios(m, only)]
+    assert planned and all(not name.startswith(("session", "publish", "subscribe")) for name in planned)
+    seen: list[str] = []
+    steps: list[int] = []
+    runner.run_impl(m, tmp_path / "out", only=only, tlc=False, tick=seen.append,
+                    stepped=lambda: steps.append(len(seen)))
+    assert [s.split(": ", 1)[1] for s in seen] == planned
+    assert steps == list(range(1, len(planned) + 1))  # each step right after its own scenario
