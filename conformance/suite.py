@@ -160,6 +160,13 @@ class Proc:
         return self.err_path.read_text(encoding="utf-8", errors="replace")[-n:]
 
 
+def exit_clean(check: str, proc: Proc, rc: int | None, m: Manifest) -> Result:
+    """``check`` (a role's exit-clean): the role exited with a status the manifest counts as clean."""
+    clean = rc is not None and rc in m.ok_exit
+    return (C.passed if clean else C.failed)(
+        check, f"exit status {rc}" + (" (timed out)" if proc.timed_out else ""), text=proc.stderr_tail())
+
+
 def parse_output(m: Manifest | None, text: str, bodies: dict[bytes, str] | None = None,
                  fmt: str | None = None) -> list[str]:
     """Message ids (no 'ID:') a consumer reported, in its order."""
@@ -295,10 +302,8 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
     finally:
         sc.close()
     recs = sc.records
-    clean = rc is not None and rc in m.ok_exit
-    res.append((C.passed if clean else C.failed)(
-        "producer.exit-clean", f"exit status {rc}" + (" (timed out)" if proc.timed_out else ""),
-        text=proc.stderr_tail()))
+    res.append(exited := exit_clean("producer.exit-clean", proc, rc, m))
+    clean = exited.status == C.PASS
 
     # enter-by-rename / no-direct-write / closed-before-rename, from the trace
     bad_enter, bad_write, bad_close = [], [], []
@@ -477,10 +482,8 @@ def consumer_basic(m: Manifest, out: Path) -> tuple[list[Result], Scenario]:
     recs = sc.records
     got = parse_output(m, proc.stdout())
     valid_ids = [i for i, _ in valid]
-    clean = rc is not None and rc in m.ok_exit
-    res.append((C.passed if clean else C.failed)(
-        "consumer.exit-clean", f"exit status {rc}" + (" (timed out)" if proc.timed_out else ""),
-        text=proc.stderr_tail()))
+    res.append(exited := exit_clean("consumer.exit-clean", proc, rc, m))
+    clean = exited.status == C.PASS
     missing = [i for i in valid_ids if i not in got]
     twice = sorted({i for i in got if i in valid_ids and got.count(i) > 1})
     if missing or twice:

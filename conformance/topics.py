@@ -38,8 +38,8 @@ from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
 from .replay import locate
-from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, kill_while_holding, listdir,
-                    make_layout, mid_of, parse_output, put)
+from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, exit_clean,
+                    kill_while_holding, listdir, make_layout, mid_of, parse_output, put)
 
 #: the actor of the reference distributor's moves in distribute mode (never the implementation's)
 DISTRIBUTING = "suite: distributor (dropboxmq distribute)"
@@ -255,10 +255,7 @@ def subscriber_scenario(m: Manifest, out: Path, n: int = 8) -> tuple[list[Result
         sc.close()
     recs = sc.records
     res: list[Result] = []
-    clean = rc is not None and rc in m.ok_exit
-    res.append((C.passed if clean else C.failed)(
-        "subscriber.exit-clean", f"exit status {rc}" + (" (timed out)" if proc.timed_out else ""),
-        text=proc.stderr_tail()))
+    res.append(exit_clean("subscriber.exit-clean", proc, rc, m))
     got = parse_output(m, proc.stdout())
     missing = [i for i in ids if i not in got]
     twice = sorted({i for i in got if got.count(i) > 1})
