@@ -220,14 +220,17 @@ class Dropbox:
         return fds
 
     def _went_away(self, *states: State) -> bool:
-        """Was one of these held directories removed since it was opened?  Then drop every
-        held fd (the next call reopens them by path) and say so: the caller tries again."""
+        """Is one of these held directories no longer the one at its path (removed, or moved
+        aside and made again)?  Then drop every held fd (the next call reopens them by path)
+        and say so: the caller tries again.  Asked only when a name was not found, so a lost
+        race costs two stat calls."""
         fds = self._fds
         if fds is None:
             return False
         for state in states:
             try:
-                gone = os.fstat(fds[state]).st_nlink == 0
+                held, there = os.fstat(fds[state]), os.lstat(self._dirs[state])
+                gone = (held.st_ino, held.st_dev) != (there.st_ino, there.st_dev)
             except OSError:
                 gone = True
             if gone:
