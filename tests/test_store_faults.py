@@ -338,4 +338,4 @@ def test_held_directories_are_closed_with_the_consumer_and_the_connection(root):
         during = _open_fds()
         cons.close()
         assert _open_fds() == during - 6  # the consumer's six state directories
-    assert _open_fds() <= before + 1  # the producer's too (+1: a lazily opened log, if any)
+    assert _open_fds() == before

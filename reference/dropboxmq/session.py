@@ -173,8 +173,6 @@ class Connection:
         for dest in self._temporary:
             delete_temporary(self.root, dest)
         self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
-        for box in self._queue_boxes.values():
-            box.close()
         self._registration.release()
         self._closed = True
 
@@ -229,7 +227,7 @@ class Connection:
         if isinstance(dest, Queue):
             box = self._queue_boxes.get(dest.name)
             if box is None:  # make the directories once per connection, not once per send
-                box = self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure().hold_dirs()
+                box = self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
             return [box]
         return topics.fan_out_targets(self.root, dest, header, self.client_id)
 

@@ -181,12 +181,14 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's or producer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Keep the six state directories open from the first move, create or read until
-        :meth:`close`: those then name files relative to them.  A directory removed (and
-        perhaps made again) is noticed at the first name it no longer has: every fd is
+        """Open the six state directories now and keep them open until :meth:`close`: moves,
+        creates and reads then name files relative to them (no path walk).  A directory
+        removed or replaced is noticed at the first name it no longer has: every fd is
         dropped and the call is made again by path.  Without renameat2 (the link()+unlink()
-        fallback) moves go by path."""
+        fallback) moves go by path.  Opened here, not at the first move, so a consumer's
+        claims make the same system calls from the first one on (fail-at-N counts them)."""
         self._hold = True
+        self._held()
         return self
 
     def close(self) -> None:
@@ -260,12 +262,8 @@ class Dropbox:
 
     def sync(self, *states: State) -> None:
         """fsync the given state directories (group commit of renames)."""
-        fds = self._held()
-        for state in states:
-            if fds is None:
-                _fsync_dir(self._dirs[state])
-            else:
-                os.fsync(fds[state])
+        for state in states:  # (by path, not a held fd: one open more, next to an fsync)
+            _fsync_dir(self._dirs[state])
 
     @contextlib.contextmanager
     def working_lock(self, exclusive: bool = False) -> Iterator[bool]:
@@ -318,7 +316,7 @@ class Dropbox:
         path = self.file(State.NOT_COMMITTED, name)
         self._check_plain(State.NOT_COMMITTED)
         try:
-            fds = self._held()
+            fds = self._fds if self._fds is not None else self._held()
             try:
                 fd = os.open(path if fds is None else name, _O_CREATE, 0o644,
                              dir_fd=None if fds is None else fds[State.NOT_COMMITTED])
@@ -374,7 +372,9 @@ class Dropbox:
         if destination not in plain:
             self._check_plain(destination)
         dst_name = new_name or name
-        fds = self._held() if _noreplace_supported else None  # the fallback goes by path (as the fault harness counts it)
+        fds = None  # without renameat2 the link()+unlink() fallback goes by path (as the fault harness counts it)
+        if _noreplace_supported:
+            fds = self._fds if self._fds is not None else self._held()
         try:
             if fds is None:
                 rename_noreplace(self.file(source, name), self.file(destination, dst_name))
@@ -425,7 +425,7 @@ class Dropbox:
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
         """``call(name, fd of state/)`` when held, else ``call(path, AT_FDCWD)``; by path
         once more when the held directory turns out to have gone away."""
-        fds = self._held()
+        fds = self._fds if self._fds is not None else self._held()
         if fds is not None:
             try:
                 return call(name, fds[state])
