@@ -212,7 +212,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             continue
         death = death_of(rec)
         if death is not None:
-            dead.add(death.client)
+            dead.update(death.clients)
             continue
         if rec.get("kind") == "dir" and op == "rename":  # a whole directory moved: carry its messages along
             src, dst = rec["src"] + "/", rec["dst"] + "/"

@@ -29,11 +29,12 @@ from typing import Callable, Iterator
 from dropboxmq import codec
 from dropboxmq.lifecycle import STATE_DIRS, State
 from dropboxmq.message import Property, TextMessage
+from dropboxmq.trace import KILL, locate, owner_of
 
 from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
-from .replay import TLC_MAX_EVENTS, TlcJob, TlcOutcome, locate, replay, tlc_job
+from .replay import TLC_MAX_EVENTS, TlcJob, TlcOutcome, replay, tlc_job
 from .watcher import Watcher
 
 QUEUE = "Q1"
@@ -46,6 +47,7 @@ PLANTING = "suite: planting"
 LATE_ARRIVAL = "suite: late high-priority arrival"
 RACING = "suite: racing consumer"
 FALLBACK_RECOVERY = "suite: fallback recovery (dropboxmq recover --assume-unknown-dead)"
+KILLER = "suite: kill -9"
 
 
 # ====================================================================== helpers
@@ -83,6 +85,35 @@ def spawn(cmd: str, **kw) -> subprocess.Popen:
     """A manifest command under /bin/sh, in its own process group."""
     with _FORK_LOCK:
         return subprocess.Popen(["/bin/sh", "-c", cmd], start_new_session=True, **kw)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie has died already)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(pgid: int, on_death: Callable[[], None] | None = None) -> None:
+    """SIGKILL process group ``pgid``.  If a process of it still runs, it is a death the suite
+    causes: frozen first (SIGSTOP), so that ``on_death`` records it after the group's last move
+    and before anybody could see it dead."""
+    if on_death is not None and group_running(pgid):
+        _killpg(pgid, signal.SIGSTOP)
+        on_death()
+    _killpg(pgid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
@@ -124,10 +155,13 @@ def excerpt(records: list[dict], seqs: list[int], around: int = 2, limit: int = 
 
 
 class Proc:
-    """One command of the manifest, in its own process group."""
+    """One command of the manifest, in its own process group.  ``on_death(proc, holds)``
+    records its death when the suite kills it while it runs (``holds``: the processing/
+    names the suite saw it hold)."""
 
-    def __init__(self, cmd: str, env: dict, log_dir: Path, label: str):
-        self.cmd, self.label = cmd, label
+    def __init__(self, cmd: str, env: dict, log_dir: Path, label: str, role: str = "", client_id: str = "",
+                 on_death: Callable[["Proc", list[str]], None] | None = None):
+        self.cmd, self.label, self.role, self.client_id, self.on_death = cmd, label, role, client_id, on_death
         log_dir.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = log_dir / f"{label}.out", log_dir / f"{label}.err"
         self._out, self._err = open(self.out_path, "wb"), open(self.err_path, "wb")
@@ -135,20 +169,22 @@ class Proc:
         self.timed_out = False
 
     def signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.p.pid, sig)
-        except ProcessLookupError:
-            pass
+        _killpg(self.p.pid, sig)
+
+    def kill(self, holds: list[str] | None = None) -> None:
+        """kill -9 of the whole group, recorded in the trace when it was still running."""
+        on_death = self.on_death
+        kill_group(self.p.pid, None if on_death is None else lambda: on_death(self, holds or []))
 
     def wait(self, timeout: float) -> int | None:
         try:
             rc = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.timed_out = True
-            self.signal(signal.SIGKILL)
+            self.kill()
             self.p.wait()
             rc = None
-        self.signal(signal.SIGKILL)  # stragglers of the group
+        self.kill()  # stragglers of the group
         self._out.close()
         self._err.close()
         return rc
@@ -231,6 +267,32 @@ class Scenario:
                                                for r in recs[start:]), timeout)
         return len(self.records)
 
+    def record_death(self, proc: Proc, holds: list[str]) -> None:
+        """The trace's record of a process the suite kills (``Proc.kill``, the group frozen):
+        its role and the client ids it ran under -- the one it was given and those of the
+        processing/ names it held (an implementation may choose its own)."""
+        self.note_death(proc.role, proc.label, proc.client_id, holds)
+
+    def note_death(self, role: str, label: str, client_id: str, holds: list[str]) -> None:
+        if not self.watcher.running:
+            return
+        self.barrier()
+        held = {owner_of(locate(f"{BOX}/processing/{name}")) for name in holds}
+        clients = sorted(c for c in held | {client_id} if c)
+        self.watcher.note({"op": KILL, "role": role, "clients": clients, "label": label, "actor": KILLER})
+
+    @contextlib.contextmanager
+    def recovering(self) -> Iterator[None]:
+        """Every move seen inside is a recovery process's (``"recovery": true``), never the
+        holder's own: use it only while nothing but a recovery runs."""
+        self.barrier()
+        self.watcher.recovery = True
+        try:
+            yield
+        finally:
+            self.barrier()
+            self.watcher.recovery = False
+
     @contextlib.contextmanager
     def helper(self, actor: str) -> Iterator[None]:
         """Every move seen inside is the suite's helper's (``actor``), never the implementation's:
@@ -245,7 +307,8 @@ class Scenario:
 
     def run(self, role: str, label: str, **values) -> Proc:
         cmd = self.manifest.command(role, root=self.root, queue=QUEUE, out=self.dir, **values)
-        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label)
+        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label, role, values.get("client_id", ""),
+                    self.record_death)
         self.procs.append(proc)
         return proc
 
@@ -255,13 +318,13 @@ class Scenario:
         ref = _M("ref-helper", "", self.manifest.path, {"consume": "{dropboxmq} --root {root} receive {queue} "
                  "-n 0 --timeout 0.3 --json --client-id {client_id}"})
         cmd = ref.command("consume", root=self.root, queue=QUEUE, client_id=client_id)
-        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label)
+        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label, "consume", client_id, self.record_death)
         self.procs.append(proc)
         return proc
 
     def close(self) -> None:
         for p in self.procs:
-            p.signal(signal.SIGKILL)
+            p.kill()
         self.watcher.stop()
 
 
@@ -654,7 +717,7 @@ def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: 
             break
         claimed.clear()
         proc.signal(signal.SIGCONT)
-    proc.signal(signal.SIGKILL)
+    proc.kill(inflight)
     proc.wait(5)
     return inflight
 
@@ -737,15 +800,16 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
         sc.barrier()
         if inflight:
             if m.has("recover"):
-                rp = sc.run("recover", "recover", client_id="impl-1")
-                rp.wait(m.timeout)
-                sc.barrier()
+                with sc.recovering():
+                    rp = sc.run("recover", "recover", client_id="impl-1")
+                    rp.wait(m.timeout)
             else:
                 from .manifest import Manifest as _M
 
                 helper = _M("ref-recover", "", m.path, {"recover": "{dropboxmq} --root {root} recover "
                                                         "--assume-unknown-dead > /dev/null"})
-                with sc.helper(FALLBACK_RECOVERY):  # the implementation is dead: every move is the helper's
+                # the implementation is dead: every move is the helper's recovery
+                with sc.helper(FALLBACK_RECOVERY), sc.recovering():
                     rp = Proc(helper.command("recover", root=sc.root), environ(m), sc.dir / "logs", "recover")
                     rp.wait(m.timeout)
                 notes.append("recovered by the reference's `dropboxmq recover --assume-unknown-dead` "
@@ -867,6 +931,7 @@ class Adapter:
         self.p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                        env=environ(sc.manifest))
         self.timeout = timeout or max(10.0, sc.manifest.timeout)  # a JVM's first answer may be slow
+        self._on_death = lambda: sc.note_death("adapter", f"adapter-{label or client_id}", client_id, [])
         self.log: list[tuple[dict, dict]] = []
         self._buf = b""
 
@@ -915,10 +980,7 @@ class Adapter:
             self.p.wait(3)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(self.p.pid, self._on_death)
         self._err.close()
 
 

@@ -193,9 +193,10 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
         if death is not None:
             # the model's Crash of that process; a consumer that held nothing of this
             # dropbox so far is none of the model's (its death changes nothing here)
-            if death.producer or death.client in clients:
+            dying = ["Prod"] if death.producer else [clients[c] for c in death.clients if c in clients]
+            for p in dying:
                 kills += 1
-                emit(k, op='"kill"', act='"Crash"', p="Prod" if death.producer else clients[death.client])
+                emit(k, op='"kill"', act='"Crash"', p=p)
             continue
         if op == "rename":
             s, d = _split(ev["src"]), _split(ev["dst"])

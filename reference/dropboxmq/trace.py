@@ -12,8 +12,8 @@ one place that reads it:
   carries (``count_of``);
 * which move a record makes (``move_of``) and which process makes it
   (``lifecycle.Move.actor``, resolved by ``mover``);
-* deaths: a ``kill`` record (the suite killed a process; ``client`` is its client
-  id, ``role`` what it ran) -- the only way a process dies in a trace, so a
+* deaths: a ``kill`` record (the suite killed a process; ``clients`` are its client
+  ids, ``role`` what it ran) -- the only way a process dies in a trace, so a
   recovery may take a message from its holder only after one; a record with
   ``"recovery": true`` was made by a recovery process, never by the holder.
 
@@ -128,15 +128,17 @@ def by_recovery(rec: dict) -> bool:
 
 @dataclass(frozen=True)
 class Death:
-    client: str       # the client id the dead process ran with ("" when the suite did not give one)
-    producer: bool    # it was a producer (or publisher), not a consumer
+    clients: tuple[str, ...]  # the client ids the dead process ran under, as far as the suite knows
+    producer: bool            # it was a producer (or publisher), not a consumer
 
 
 def death_of(rec: dict) -> Death | None:
-    """The process death a ``kill`` record states, None for any other record."""
+    """The process death a ``kill`` record states (``client``: one id, or ``clients``: a
+    list), None for any other record."""
     if rec.get("op") != KILL:
         return None
-    return Death(str(rec.get("client") or ""), rec.get("role") in PRODUCER_ROLES)
+    ids = rec.get("clients") or ([rec["client"]] if rec.get("client") else [])
+    return Death(tuple(str(c) for c in ids), rec.get("role") in PRODUCER_ROLES)
 
 
 def check_record(rec: object, where: str) -> dict:
