@@ -281,29 +281,29 @@ class Scenario:
         clients = sorted(c for c in held | {client_id} if c)
         self.watcher.note({"op": KILL, "role": role, "clients": clients, "label": label, "actor": KILLER})
 
-    @contextlib.contextmanager
-    def recovering(self) -> Iterator[None]:
+    def recovering(self) -> contextlib.AbstractContextManager[None]:
         """Every move seen inside is a recovery process's (``"recovery": true``), never the
         holder's own: use it only while nothing but a recovery runs."""
-        self.barrier()
-        self.watcher.recovery = True
-        try:
-            yield
-        finally:
-            self.barrier()
-            self.watcher.recovery = False
+        return self._moves_by(recovery=True)
 
-    @contextlib.contextmanager
-    def helper(self, actor: str) -> Iterator[None]:
+    def helper(self, actor: str) -> contextlib.AbstractContextManager[None]:
         """Every move seen inside is the suite's helper's (``actor``), never the implementation's:
         use it only while the implementation is not started, stopped (SIGSTOP) or dead."""
+        return self._moves_by(actor=actor)
+
+    @contextlib.contextmanager
+    def _moves_by(self, **tags: object) -> Iterator[None]:
+        """The watcher tags every move seen inside (its attributes ``actor``, ``recovery``)."""
         self.barrier()
-        self.watcher.actor = actor
+        saved = {k: getattr(self.watcher, k) for k in tags}
+        for k, v in tags.items():
+            setattr(self.watcher, k, v)
         try:
             yield
         finally:
             self.barrier()
-            self.watcher.actor = None
+            for k, v in saved.items():
+                setattr(self.watcher, k, v)
 
     def run(self, role: str, label: str, **values) -> Proc:
         cmd = self.manifest.command(role, root=self.root, queue=QUEUE, out=self.dir, **values)

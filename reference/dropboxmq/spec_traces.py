@@ -137,7 +137,7 @@ def _record_log(lg: dict | None, ev: dict, ids: dict[tuple[str, str], str]) -> d
     what the trace then did, so a commit that applied only part of it is rejected.
     Returns the TLA+ field the model's logset is checked against ({} without content)."""
     members = _log_members(ev["content"], ids) if lg is not None and "content" in ev else None
-    if members is None:
+    if lg is None or members is None:
         return {}
     sends, receives = members
     lg["listed"] = sends | receives
@@ -291,9 +291,9 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 continue
             ident = ids.pop(key)
             if sp[0] == "log":
-                lg = log_open.pop(int(ident), None)
-                if lg and lg["sends"]:
-                    txs.append(lg["sends"])
+                unlinked = log_open.pop(int(ident), {})
+                if unlinked.get("sends"):
+                    txs.append(unlinked["sends"])
                 emit(k, op='"logdelete"', act='"DeleteLog"', lg=ident)
             else:
                 if state_of_directory(sp[1]) in PURGEABLE and ev.get("purge", True):
@@ -382,7 +382,8 @@ def validate_traces(paths: Sequence[str | Path], *, timeout: float = 600,
 
     runs = _balanced(groups, jobs)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for verdict_of in pool.map(lambda run: _run_trace_group(*run[0], run[1], timeout, workers), runs):
+        for verdict_of in pool.map(lambda run: _run_trace_group(run[0][0], run[0][1], run[1], timeout, workers),
+                                   runs):
             verdicts.update(verdict_of)
     return [verdicts[i] for i in sorted(verdicts)]
 

@@ -112,9 +112,9 @@ def parse_tlc_output(out: str) -> tuple[int | None, int | None, str | None, dict
         for m in _RE_SIM.finditer(out):
             generated = _num(m.group(1))
     violated = None
-    m = _RE_INV.search(out) or _RE_ACTPROP.search(out)
-    if m:
-        violated = m.group(1)
+    named = _RE_INV.search(out) or _RE_ACTPROP.search(out)
+    if named:
+        violated = named.group(1)
     elif _RE_TEMPORAL.search(out):
         violated = "temporal"
     elif "Deadlock reached" in out:

@@ -97,7 +97,8 @@ def original_name(name: str) -> str:
 
 
 def message_id(name: str) -> str:
-    return decode_name(original_name(name)).message_id
+    """The JMSMessageID a (processing/) name stands for."""
+    return decode_name(original_name(name)).message_id or ""
 
 
 def count_of(name: str) -> int:
