@@ -110,6 +110,10 @@ def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> Non
 def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str, jobs: int) -> None:
     """Check with TLC that each JSONL trace is a behaviour of Dropbox.
 
+    A line {"op": "kill", "role": ..., "clients": [...]} is a process death: the only
+    place a process dies in the model; a move with "recovery": true must find the
+    holder dead (spec/README.md, "Trace validation").
+
     Exit 0 when every trace is accepted; 1 when one is rejected (the first event no
     Dropbox step matches is shown) or TLC could not decide (timeout, crash)."""
     bad = 0

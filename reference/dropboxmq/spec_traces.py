@@ -70,18 +70,24 @@ def _move(src: str | None, dst: str | None) -> Move | None:
 #: the field of a rendered event that names each Actor's process (None: nobody's in particular)
 _ACTOR_FIELD = {Actor.PRODUCER: "Prod", Actor.TAKER: "c", Actor.HOLDER: "sc", Actor.ANYONE: None}
 
+#: the events that are no lifecycle move: closing a message file is the producer's step;
+#: a death lets nobody act before it
+_EVENT_ACTORS = {"CloseWrite": Actor.PRODUCER, "Crash": Actor.ANYONE}
+
 
 def _actors(rec: dict) -> str:
     """The processes whose private steps (listener runs, restarts...) may come right
     before this event, as a TLA+ set: the one that makes its move (Move.actor), or
     every process when the trace does not say who (log events, moves the table lacks)."""
     act = rec["act"].strip('"')
-    if act == "Crash":
-        return "{}"
-    try:
-        field = _ACTOR_FIELD[Move(act).actor]
-    except ValueError:
-        return "Proc"
+    if act in _EVENT_ACTORS:
+        actor = _EVENT_ACTORS[act]
+    else:
+        try:
+            actor = Move(act).actor
+        except ValueError:
+            return "Proc"
+    field = _ACTOR_FIELD[actor]
     if field == "Prod":
         return "{Prod}"
     if field is None or rec.get(field, "NoOne") == "NoOne":
