@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import spec_traces
-from dropboxmq.conformance import manifest as M
-from dropboxmq.conformance import replay as R
-from dropboxmq.conformance.suite import Proc, Scenario, make_layout
+from dropboxmq_conformance import manifest as M
+from dropboxmq_conformance import replay as R
+from dropboxmq_conformance.suite import Proc, Scenario, make_layout
 from dropboxmq.trace import TraceError, death_of, load_trace
 
 Q = "Q1/incoming"
