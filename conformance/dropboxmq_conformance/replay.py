@@ -205,6 +205,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
         tr.steps.append(step(rec, dest.name, "+".join(m.value for m in moves), path))
         return True
 
+    tr: Track | None
     for rec in records:
         op = rec.get("op")
         if op == "overflow":
@@ -333,7 +334,7 @@ def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[
             continue
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]
-        if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1]):
+        if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1] or ""):
             if rec["op"] == "delete" and not purge and actor_of(rec) == IMPLEMENTATION:
                 rec = dict(rec, purge=False)
             out.append(rec)
@@ -374,7 +375,7 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
     except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
         return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}", unavailable=True) for j in jobs}
     out: dict[Any, TlcOutcome] = {}
-    for job, v in zip(jobs, verdicts):
+    for job, v in zip(jobs, verdicts, strict=True):
         if v.accepted:
             out[job.key] = TlcOutcome("pass", f"TLC accepted all {len(job.records)} message events")
         elif not v.decided:
@@ -383,9 +384,9 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
             bad = job.records[v.first_bad] if v.first_bad is not None and v.first_bad < len(job.records) else None
             where = f"event #{bad.get('seq')}" if bad else "the trace"
             k = v.first_bad or 0
-            helper = bad is not None and actor_of(bad) != IMPLEMENTATION
+            helper = None if bad is None or actor_of(bad) == IMPLEMENTATION else actor_of(bad)
             if helper:  # the suite's own move: named, never charged to the implementation
-                where += f" (made by {actor_of(bad)}, the suite's own helper)"
+                where += f" (made by {helper}, the suite's own helper)"
             out[job.key] = TlcOutcome("inconclusive" if helper else "fail", f"TLC rejected {where}: {v.reason}", bad,
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [])

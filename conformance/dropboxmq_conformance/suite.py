@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from dropboxmq import codec
 from dropboxmq.lifecycle import STATE_DIRS, State
 from dropboxmq.message import Property, TextMessage
-from dropboxmq.trace import KILL, locate, owner_of
+from dropboxmq.trace import KILL, leaf, locate, owner_of
 
 from . import checks as C
 from .checks import Result
@@ -55,7 +55,7 @@ KILLER = "suite: kill -9"
 
 def mid_of(name: str) -> str:
     """The message id (without 'ID:') a file name stands for (client prefix removed)."""
-    return codec.decode_name(codec.split_processing_name(name)[1]).message_id.removeprefix("ID:")
+    return (codec.decode_name(codec.split_processing_name(name)[1]).message_id or "").removeprefix("ID:")
 
 
 def box_dir(root: Path, state: str, box: str = BOX) -> Path:
@@ -407,7 +407,7 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
     ):
         if bad:
             res.append(C.failed(cid, f"{len(bad)} event(s) {what}", trace=excerpt(recs, [b["seq"] for b in bad]),
-                                files=sorted({b.get("path") or b.get("dst") for b in bad})[:10]))
+                                files=sorted({b.get("path") or b.get("dst") or "" for b in bad})[:10]))
         elif n_sent == 0 and cid != "producer.no-direct-write":
             res.append(C.inconclusive(cid, "the producer sent nothing"))
         else:
@@ -456,8 +456,8 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
         res.append(C.failed("producer.working-clean", f"{len(left)} file(s) left in working/", files=left[:10]))
     else:
         res.append(C.passed("producer.working-clean", "working/ is empty"))
-    for r in res:
-        r.evidence.setdefault("scenario", sc.name)
+    for result in res:
+        result.evidence.setdefault("scenario", sc.name)
     return res, sc
 
 
@@ -567,11 +567,12 @@ def consumer_basic(m: Manifest, out: Path) -> tuple[list[Result], Scenario]:
     elif not seen:
         res.append(C.inconclusive("consumer.order", "nothing was delivered"))
     else:
-        k = next((j for j, (a, b) in enumerate(zip(seen, expect)) if a != b), min(len(seen), len(expect)))
-        prio = {mid_of(n): codec.decode_name(n).priority for _, n in valid}
+        k = next((j for j, (a, b) in enumerate(zip(seen, expect, strict=False)) if a != b),
+                 min(len(seen), len(expect)))
+        priority_of = {mid_of(n): codec.decode_name(n).priority for _, n in valid}
         res.append(C.failed("consumer.order", f"delivery #{k + 1} out of order",
-                            text="delivered (priority:id): " + ", ".join(f"{prio[i]}:{i[-6:]}" for i in seen)
-                            + "\nexpected: " + ", ".join(f"{prio[i]}:{i[-6:]}" for i in expect)))
+                            text="delivered (priority:id): " + ", ".join(f"{priority_of[i]}:{i[-6:]}" for i in seen)
+                            + "\nexpected: " + ", ".join(f"{priority_of[i]}:{i[-6:]}" for i in expect)))
     # a dot-file is an ordinary entry (1.2 claims it, ours skips it): it may move, not vanish
     dot_ok = any(p.is_file() and not p.is_symlink() and p.read_bytes() == DOT_BODY
                  for state in STATE_DIRS for p in box_dir(sc.root, state).iterdir())
@@ -824,7 +825,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
             for pname in inflight:
                 i = mid_of(pname)
                 name = after.get(i)
-                back.append((i, name, bool(name) and codec.decode_name(name).redelivered))
+                back.append((i, name, name is not None and codec.decode_name(name).redelivered))
             proc2 = sc.run("consume", "consume-2", client_id="impl-2", count=n)
             proc2.wait(m.timeout)
             second = parse_output(m, proc2.stdout())
@@ -902,7 +903,7 @@ def _late_priority_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], S
         sc.barrier()
     finally:
         sc.close()
-    after = [mid_of(locate(r["dst"]).name) for r in sc.records[arrived:] if _is_claim(r) and not r.get("actor")]
+    after = [mid_of(leaf(r["dst"])) for r in sc.records[arrived:] if _is_claim(r) and not r.get("actor")]
     if late is None:
         r = C.inconclusive("consumer.late-priority", "the consumer never claimed a message")
     elif waiting < LATE_BOUND:
@@ -1084,7 +1085,7 @@ def s_tx_send(a: Adapter, root: Path | None) -> str:
     a.ok("send", session=s, queue="QTXS", body="t3")
     a.ok("rollback", session=s)
     _files(root, "QTXS", ("target", 2), ("working", 0))
-    got = []
+    got: list[str] = []
     while (m := a.ok("receive", session=r, queue="QTXS", timeout_ms=1000 if len(got) < 2 else 300)["message"]):
         got.append(m["body"])
     _expect(sorted(got) == ["t1", "t2"], f"after commit and a rolled-back send, another session received {got}")
@@ -1151,7 +1152,8 @@ def s_shared(c: Adapter, a: Adapter, b: Adapter, root: Path | None) -> str:
     sp = c.ok("session", ack_mode="auto")["session"]
     for i in range(10):
         c.ok("send", session=sp, topic="T2", body=f"s{i}")
-    got_a, got_b = [], []
+    got_a: list[str] = []
+    got_b: list[str] = []
     idle = 0
     while idle < 2:
         idle += 1
@@ -1181,7 +1183,7 @@ def s_selector(a: Adapter, root: Path | None) -> str:
     _expect(not bad.get("ok"), "a bad selector was accepted")
     a.ok("close_session", session=s)
     s2 = a.ok("session", ack_mode="auto")["session"]
-    rest = []
+    rest: list[str] = []
     while (m := a.ok("receive", session=s2, queue="QSEL", timeout_ms=1000 if len(rest) < 2 else 300)["message"]):
         rest.append(m["body"])
     _expect(sorted(rest) == ["1", "3"], f"the unmatched messages did not stay waiting: a receiver without selector got {rest}")

@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TextIO
 
 from inotify_simple import INotify, flags
 
@@ -93,7 +93,7 @@ class Watcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = time.monotonic()
-        self._out = None
+        self._out: TextIO | None = None
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Watcher":
@@ -272,7 +272,7 @@ class Watcher:
 
     # ------------------------------------------------------------ events
     def _flush_pending(self) -> None:
-        for cookie, (path, is_dir) in sorted(self._pending_from.items()):
+        for _cookie, (path, is_dir) in sorted(self._pending_from.items()):
             self._moved_away(path, is_dir)
         self._pending_from.clear()
 
