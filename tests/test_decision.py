@@ -21,7 +21,7 @@ def wire(**kw) -> str:
 def test_plain_name_is_claimed_without_a_decode():
     name = wire()
     d = decide(name, NOW, PLAIN)
-    assert (d.verdict, d.header, d.count, d.dead_letter) == (Verdict.CLAIM, None, 1, False)
+    assert (d.verdict, d.header, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, None, 1, False)
     assert d.claimed_name == codec.with_delivery_count(name, 1)
     assert codec.name_delivery_count(d.claimed_name) == 1
 
@@ -50,10 +50,10 @@ def test_expiration_passed_expires():
 def test_redelivered_name_counts_on_and_dead_letters_past_the_last_attempt():
     name = codec.with_delivery_count(wire(), 3)  # delivered 3 times before
     d = decide(name, NOW, ClaimSettings(max_delivery_attempts=4))
-    assert (d.verdict, d.count, d.dead_letter) == (Verdict.CLAIM, 4, False)
+    assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 4, False)
     assert codec.name_delivery_count(d.claimed_name) == 4
     d = decide(name, NOW, ClaimSettings(max_delivery_attempts=3))
-    assert (d.verdict, d.count, d.dead_letter) == (Verdict.CLAIM, 4, True)
+    assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 4, True)
 
 
 def test_no_attempt_allowed_dead_letters_even_the_fast_path():
@@ -88,5 +88,5 @@ def test_fast_path_agrees_with_the_full_decode(name):
     (a selector that accepts everything forces the decode)."""
     fast = decide(name, NOW, PLAIN)
     slow = decide(name, NOW, ClaimSettings(parse("1 = 1")))
-    assert (fast.verdict, fast.count, fast.claimed_name, fast.until, fast.dead_letter) == \
-           (slow.verdict, slow.count, slow.claimed_name, slow.until, slow.dead_letter)
+    assert (fast.verdict, fast.delivery_count, fast.claimed_name, fast.until, fast.dead_letter) == \
+           (slow.verdict, slow.delivery_count, slow.claimed_name, slow.until, slow.dead_letter)

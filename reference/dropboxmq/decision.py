@@ -6,7 +6,7 @@ from a clock) and answers one of
 * ``SKIP``   -- the consumer's selector rejects it: never try it again (a name never changes);
 * ``DEFER``  -- its delivery time has not come: try it again at ``until`` (ms);
 * ``EXPIRE`` -- its expiration passed: the shell moves it to ``expired/`` (``Move.EXPIRE``);
-* ``CLAIM``  -- claim it as delivery number ``count``, under ``claimed_name`` (the name
+* ``CLAIM``  -- claim it as delivery number ``delivery_count``, under ``claimed_name`` (the name
   with that count stamped); ``dead_letter`` says the claim is past the last attempt, so
   the shell dead-letters it from ``processing/`` (``Move.DEAD_LETTER``) instead of
   delivering it.
@@ -54,8 +54,8 @@ class ClaimSettings:
 class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tried
     verdict: Verdict
     header: Message | None = None  # the decoded name; None on the fast path (decode after the claim)
-    count: int = 1  # CLAIM: the delivery this claim makes
-    claimed_name: str = ""  # CLAIM: the name with ``count`` stamped (what processing/ holds after the prefix)
+    delivery_count: int = 1  # CLAIM: the delivery this claim makes
+    claimed_name: str = ""  # CLAIM: the name with ``delivery_count`` stamped (what processing/ holds after the prefix)
     until: int = 0  # DEFER: ms since the epoch
     dead_letter: bool = False  # CLAIM: past max_delivery_attempts
 
