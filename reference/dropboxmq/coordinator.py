@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping
 
 from . import codec
 from .errors import DropboxMQError
-from .store import _fsync_dir
+from .store import fsync_dir
 from .xa import DEFAULT_FORMAT_ID
 
 DECISION_SUFFIX = ".commit"
@@ -193,7 +193,7 @@ class Coordinator:
         finally:
             os.close(fd)
         os.rename(tmp, final)
-        _fsync_dir(str(self.dir))  # ---- the decision is durable: point of no return ----
+        fsync_dir(str(self.dir))  # ---- the decision is durable: point of no return ----
 
     def _forget(self, gtrid: str) -> None:
         try:

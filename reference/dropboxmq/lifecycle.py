@@ -71,7 +71,7 @@ and the TLC trace mapping (``spec_check``) both use it.
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
 rollback REDELIVERs it.  Crash atomicity of a commit is the job of the
-transaction log (``transaction.py``), not of this table.
+transaction log (``transaction.py``; its own table is ``log_lifecycle.py``), not of this table.
 
 Nothing in this module touches the file system; ``store.py`` executes it.
 """

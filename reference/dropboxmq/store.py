@@ -119,7 +119,8 @@ class Entry:
     name: str
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make the renames into (and unlinks from) directory ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -188,7 +189,7 @@ class Dropbox:
     def sync(self, *states: State) -> None:
         """fsync the given state directories (group commit of renames)."""
         for state in states:
-            _fsync_dir(self._dirs[state])
+            fsync_dir(self._dirs[state])
 
     @contextlib.contextmanager
     def working_lock(self, exclusive: bool = False) -> Iterator[bool]:
@@ -299,7 +300,7 @@ class Dropbox:
         except OSError as exc:
             raise _store_error(move.name.lower(), src, exc) from exc
         if durable:
-            _fsync_dir(self._dirs[destination])
+            fsync_dir(self._dirs[destination])
         return True
 
     def _move_aside(self, src: str, destination: State, name: str) -> bool:
@@ -539,4 +540,4 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
         sync_file_system(dirs[0])
         return
     for d in dirs:
-        _fsync_dir(d)
+        fsync_dir(d)
