@@ -56,6 +56,10 @@ from .errors import DropboxMQError
 from .store import fsync_dir
 from .xa import DEFAULT_FORMAT_ID
 
+__all__ = [
+    "DECISION_SUFFIX", "CoordinatorError", "HeuristicError", "GlobalTx", "RecoveryResult", "Coordinator",
+]
+
 DECISION_SUFFIX = ".commit"
 
 

@@ -82,6 +82,11 @@ import enum
 from types import MappingProxyType
 from typing import Mapping
 
+__all__ = [
+    "State", "Move", "PROCESS_ACTIONS", "STATE_DIRS", "TERMINAL", "TRANSITIONS", "CountRule",
+    "COUNT_RULES", "count_ok", "IllegalMove", "next_state", "state_of_directory", "move_between",
+]
+
 
 class State(enum.Enum):
     """A message state; the value is the directory that holds it (None: no file)."""

@@ -33,6 +33,8 @@ from .session import from_wire, now_ms, reclaim_dead_owners
 from .topics import reclaim_orphans
 from .transaction import log_owner, logged_sends, pending_logs, recover_log
 
+__all__ = ["RecoveryReport", "recover"]
+
 
 @dataclass
 class RecoveryReport:

@@ -14,6 +14,8 @@ from .lifecycle import State
 from .lifecycle import Move
 from .store import Dropbox
 
+__all__ = ["TERMINAL", "parse_age", "PruneResult", "prune"]
+
 #: The terminal state directories retention may empty, by directory name.
 TERMINAL = {"processed": State.ACKNOWLEDGED, "expired": State.EXPIRED, "error": State.DEAD_LETTER}
 

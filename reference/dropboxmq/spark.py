@@ -138,6 +138,11 @@ from .transaction import (
     roll_forward,
 )
 
+__all__ = [
+    "SHORT_NAME", "SCHEMA", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
+    "DropboxMQStreamWriter", "DropboxMQStreamReader", "DropboxMQDataSource",
+]
+
 SHORT_NAME = "dropboxmq"
 
 SCHEMA = (

@@ -41,6 +41,16 @@ import click
 from .codec import name_delivery_count
 from .lifecycle import PROCESS_ACTIONS, IllegalMove, Move, State, count_ok, move_between, state_of_directory
 
+__all__ = [
+    "EXIT_OK", "EXIT_DEADLOCK", "EXIT_INVARIANT", "EXIT_PROPERTY", "EXIT_PARSE", "EXIT_CONFIG",
+    "LIFECYCLE_ACTIONS", "ALL_ACTIONS", "spec_dir", "tla2tools_jar", "java", "TlcResult", "tlc_figures",
+    "parse_tlc_output", "run_tlc", "sany", "Model", "ACTION_PROPERTIES", "SIMULATE_SECONDS",
+    "CI_MODELS", "DEEP_MODELS", "models", "violated_property", "Outcome", "run_model",
+    "missing_coverage", "sany_all", "spec", "check_cmd", "TraceError", "RenderedTrace",
+    "NO_MODEL_COUNT", "load_trace", "render_trace", "TraceVerdict", "CRASH_BUDGETS", "validate_traces",
+    "write_trace_model", "validate_trace_cmd",
+]
+
 # TLC exit codes (tlc2.output.EC.ExitStatus)
 EXIT_OK = 0
 EXIT_DEADLOCK = 11

@@ -29,6 +29,13 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
+__all__ = [
+    "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
+    "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
+    "open_regular", "read_regular_file", "cut_to_bytes", "ensure_dir", "is_plain_path",
+    "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
+]
+
 MAX_NAME_BYTES = 255
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -38,11 +45,11 @@ _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None)
-if _renameat2 is not None:
-    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    _renameat2.restype = ctypes.c_int
-_noreplace_supported = _renameat2 is not None
+renameat2 = getattr(_libc, "renameat2", None)
+if renameat2 is not None:
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+noreplace_supported = renameat2 is not None
 
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -56,18 +63,18 @@ def rename_noreplace(src: str, dst: str) -> None:
     two leaves both names on one inode, which recovery resolves (same inode in
     working/ and target/ = sent).
     """
-    global _noreplace_supported
-    if _noreplace_supported and _renameat2 is not None:
+    global noreplace_supported
+    if noreplace_supported and renameat2 is not None:
         if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
             src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
         else:
             src_b, dst_b = os.fsencode(src), os.fsencode(dst)
-        if _renameat2(_AT_FDCWD, src_b, _AT_FDCWD, dst_b, _RENAME_NOREPLACE) == 0:
+        if renameat2(_AT_FDCWD, src_b, _AT_FDCWD, dst_b, _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(err, os.strerror(err), src, None, dst)
-        _noreplace_supported = False
+        noreplace_supported = False
     os.link(src, dst, follow_symlinks=False)
     os.unlink(src)
 

@@ -572,7 +572,7 @@ class XASession(Session):
                     if commit:
                         Session.commit(self)
                     else:
-                        Session._rollback(self)
+                        self._rollback()
                 finally:
                     self._xid, self._xa_state = None, "idle"
                 return
