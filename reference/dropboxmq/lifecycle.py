@@ -83,12 +83,28 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = [
-    "State", "Move", "PROCESS_ACTIONS", "STATE_DIRS", "TERMINAL", "TRANSITIONS", "CountRule",
+    "IdentityEnum", "DirectoryState", "State", "Move", "PROCESS_ACTIONS", "STATE_DIRS", "TERMINAL", "TRANSITIONS", "CountRule",
     "COUNT_RULES", "count_ok", "IllegalMove", "next_state", "state_of_directory", "move_between",
 ]
 
 
-class State(enum.Enum):
+class IdentityEnum(enum.Enum):
+    """An enum of states or moves (here and in ``log_lifecycle.py``).  Members are singletons
+    compared by identity: hash them by identity too, in C, not by Enum's Python-level hash of
+    the name (every store call looks a state up in a dict)."""
+
+    __hash__ = object.__hash__
+
+
+class DirectoryState(IdentityEnum):
+    """A state that is the directory holding the file: the value (None: no file)."""
+
+    @property
+    def directory(self) -> str | None:
+        return self.value
+
+
+class State(DirectoryState):
     """A message state; the value is the directory that holds it (None: no file)."""
 
     ABSENT = None
@@ -99,16 +115,8 @@ class State(enum.Enum):
     EXPIRED = "expired"
     DEAD_LETTER = "error"
 
-    # Members are singletons compared by identity: hash them by identity too, in C, not by
-    # Enum's Python-level hash of the name (every store call looks a state up in a dict).
-    __hash__ = object.__hash__
 
-    @property
-    def directory(self) -> str | None:
-        return self.value
-
-
-class Move(enum.Enum):
+class Move(IdentityEnum):
     CREATE = "Create"
     SEND = "Send"
     DISCARD = "Discard"
@@ -119,8 +127,6 @@ class Move(enum.Enum):
     REDELIVER = "Redeliver"
     DEAD_LETTER = "DeadLetter"
     PURGE = "Purge"
-
-    __hash__ = object.__hash__  # as State's
 
     @property
     def spec_action(self) -> str:

@@ -61,9 +61,10 @@ Nothing in this module touches the file system.
 
 from __future__ import annotations
 
-import enum
 from types import MappingProxyType
 from typing import Mapping
+
+from .lifecycle import DirectoryState, IdentityEnum
 
 __all__ = [
     "LogState", "LogMove", "LOG_TRANSITIONS", "SYNCED", "NO_REPLACE", "SPEC_ACTIONS", "COLLAPSED",
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 
-class LogState(enum.Enum):
+class LogState(DirectoryState):
     """A transaction log's state; the value is the directory that holds it (None: no file)."""
 
     ABSENT = None
@@ -84,14 +85,8 @@ class LogState(enum.Enum):
     XA_COMMITTING = "xa-committing"
     XA_ROLLING_BACK = "xa-rolling-back"
 
-    __hash__ = object.__hash__  # as lifecycle.State's
 
-    @property
-    def directory(self) -> str | None:
-        return self.value
-
-
-class LogMove(enum.Enum):
+class LogMove(IdentityEnum):
     OPEN = "open"
     CLOSE = "close"
     COMMIT = "commit"
@@ -104,8 +99,6 @@ class LogMove(enum.Enum):
     HAND_OVER = "hand over"
     KEEP = "keep"
     PRUNE = "prune"
-
-    __hash__ = object.__hash__
 
 
 _S, _M = LogState, LogMove

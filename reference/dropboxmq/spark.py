@@ -127,7 +127,7 @@ from .session import (
     to_wire,
 )
 from .log_lifecycle import LogMove, LogState
-from .store import Dropbox, NotARegularFile, fsync_dir, sync_many
+from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
 from .transaction import (
     LogEntry,
     LogStore,
@@ -728,12 +728,9 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
 
     def _write_manifest(self, seq: int, names: list[str]) -> None:
-        tmp = self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"box": os.path.relpath(self.box.path, self.root), "names": names}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, self._manifest_path(seq))
+        manifest = {"box": os.path.relpath(self.box.path, self.root), "names": names}
+        replace_durably(self._manifest_path(seq), json.dumps(manifest).encode("utf-8"),
+                        self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp")
         fsync_dir(str(self.dir))
         self._planned.add(seq)
 

@@ -32,7 +32,7 @@ from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 __all__ = [
     "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
-    "open_regular", "read_regular_file", "cut_to_bytes", "ensure_dir", "is_plain_path",
+    "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
     "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
 ]
 
@@ -381,6 +381,18 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     while view:  # short writes happen (signals, nearly full disks)
         written = os.write(fd, view)
         view = view[written:]
+
+
+def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
+    """Write ``data`` to ``tmp`` (created anew), fsync it and rename it over ``path``: a reader
+    sees the whole file or none of it, never half (fsync ``path``'s directory to keep the name)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
 
 
 def _copy_file(src: int, dst: int) -> None:

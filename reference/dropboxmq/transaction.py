@@ -34,7 +34,7 @@ from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, sync_file_system, sync_many)
+                    read_regular_file, rename_noreplace, replace_durably, sync_file_system, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
@@ -145,20 +145,7 @@ class LogStore:
         """STAGE: the log ``name`` written whole and fsynced, then renamed into unassociated/,
         so that no reader ever sees half of it."""
         staged = self.path(next_log_state(_L.ABSENT, _LM.STAGE), name)
-        tmp = staged.with_name(f".{name}.{os.getpid()}.tmp")
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, staged)
+        replace_durably(staged, data, staged.with_name(f".{name}.{os.getpid()}.tmp"))
 
     def rename(self, state: LogState, move: LogMove, name: str) -> LogState:
         """The rename (or, into ABSENT, the unlink: FileNotFoundError if already gone) of ``move``."""
