@@ -269,8 +269,11 @@ def box_in_root(root: Path, rel: str) -> Dropbox:
 class Applicable(Protocol):
     """An entry of a log as apply_moves sees it (LogEntry, xa.XAEntry)."""
 
-    kind: str
-    box: str
+    @property
+    def kind(self) -> str: ...  # "send" | "receive"
+
+    @property
+    def box(self) -> str: ...  # the dropbox, relative to the root
 
     @property
     def at(self) -> str: ...  # the file's name now (in working/ or processing/)
