@@ -153,3 +153,34 @@ def test_table_rows_are_legal_and_nothing_else_is():
     reached = {n for moves in LOG_TRANSITIONS.values() for n in moves.values()}
     assert reached == set(LogState)
     assert all(LOG_TRANSITIONS[s] for s in LogState)
+
+
+def test_the_log_store_renames_syncs_and_refuses_as_the_table_says(tmp_path, monkeypatch):
+    from dropboxmq import transaction
+
+    synced: list[str] = []
+    monkeypatch.setattr(transaction, "fsync_dir", lambda d: synced.append(d.rsplit("/", 1)[1]))
+    transaction.ensure_layout(tmp_path)
+    store = transaction.LogStore(tmp_path)
+    for name in ("a", "b"):
+        store.close(store.open(name), sync=False)
+    assert store.move(LogState.ASSOCIATED, LogMove.COMMIT, "a") is LogState.COMMITTING  # a decision: fsynced
+    assert store.move(LogState.ASSOCIATED, LogMove.ROLL_BACK, "b") is LogState.ROLLING_BACK  # not one
+    assert synced == ["committing"]
+    assert store.names(LogState.COMMITTING) == ["a"] and store.names(LogState.ROLLING_BACK) == ["b"]
+    store.move(LogState.COMMITTING, LogMove.FINISH, "a")
+    with pytest.raises(FileNotFoundError):
+        store.move(LogState.COMMITTING, LogMove.FINISH, "a")
+    store.move(LogState.COMMITTING, LogMove.FINISH, "a", missing_ok=True)
+    with pytest.raises(IllegalLogMove):  # never moved, never touched
+        store.move(LogState.ROLLING_BACK, LogMove.COMMIT, "b")
+    # a branch log: a second decision of the same xid loses instead of replacing
+    for state in (LogState.UNASSOCIATED, LogState.PREPARED, LogState.XA_ROLLING_BACK):
+        (store.base / state.value).mkdir()
+    store.stage("xa-1", b"whole\n")
+    store.move(LogState.UNASSOCIATED, LogMove.PREPARE, "xa-1")
+    store.path(LogState.XA_ROLLING_BACK, "xa-1").write_bytes(b"other\n")
+    with pytest.raises(FileExistsError):
+        store.move(LogState.PREPARED, LogMove.ROLL_BACK, "xa-1")
+    assert store.path(LogState.PREPARED, "xa-1").read_bytes() == b"whole\n"
+    assert synced == ["committing", "prepared"]

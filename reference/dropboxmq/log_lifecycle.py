@@ -32,15 +32,19 @@ The moves, and who makes them (``transaction.LogStore`` executes them, for
     ROLL_BACK  ASSOCIATED      ROLLING_BACK     rollback, or a commit that failed before the point
     ROLL_BACK  PREPARED        XA_ROLLING_BACK  tpc_rollback (fsync xa-rolling-back/)
     FINISH     COMMITTING      ABSENT           every move applied: delete the log
-    FINISH     ROLLING_BACK    ABSENT           (the same for the three other "-ing" states)
-    RECOVER    ASSOCIATED      ABSENT           a dead owner's log: rolled back where it lies
-    RECOVER    COMMITTING      ABSENT           ... rolled forward
-    RECOVER    ROLLING_BACK    ABSENT           ... rolled back
+    FINISH     ROLLING_BACK    ABSENT           every move undone: delete the log
+    FINISH     XA_COMMITTING   ABSENT           the same for a branch
+    FINISH     XA_ROLLING_BACK ABSENT           the same for a branch
+    RECOVER    ASSOCIATED      ABSENT           a log no live session will finish (a dead owner's,
+                                                a failed Spark attempt's): rolled back where it lies
+    RECOVER    COMMITTING      ABSENT           a dead owner's committed log: rolled forward
+    RECOVER    ROLLING_BACK    ABSENT           a dead owner's rollback: finished
     RECOVER    UNASSOCIATED    ABSENT           a dead owner's branch never prepared: presumed abort
     STAGE      ABSENT          UNASSOCIATED     tpc_prepare: the branch log written whole, fsynced
     PREPARE    UNASSOCIATED    PREPARED         tpc_prepare: every file parked (fsync prepared/)
     UNSTAGE    UNASSOCIATED    ABSENT           a prepare that failed removes its staged log
-    HAND_OVER  ASSOCIATED      ABSENT           the session's log, once its branch is prepared
+    HAND_OVER  ASSOCIATED      ABSENT           a log whose entries another log now carries (the
+                                                prepared branch's; a Spark job's or batch's)
     KEEP       COMMITTING      COMMITTED        a Spark sink batch, applied (fsync committed/)
     PRUNE      COMMITTED       ABSENT           a sink's old proofs
 
@@ -135,8 +139,10 @@ NO_REPLACE: frozenset[tuple[LogState, LogMove]] = frozenset({
 XA_LOG_STATES: frozenset[LogState] = frozenset(
     {_S.UNASSOCIATED, _S.PREPARED, _S.XA_COMMITTING, _S.XA_ROLLING_BACK})
 
-#: Every directory of ``dropboxmq/transaction/``: the states', and 1.2's rolled-back/.
-LOG_DIRS: tuple[str, ...] = tuple(s.value for s in LogState if s.value is not None) + ("rolled-back",)
+#: The directories of ``dropboxmq/transaction/`` every root has (and 1.2's rolled-back/); the
+#: two-phase ones are made by the first XA session.
+LOG_DIRS: tuple[str, ...] = tuple(
+    s.value for s in LogState if s.value is not None and s not in XA_LOG_STATES) + ("rolled-back",)
 
 #: Each action of the specs that moves a log, as the move it is here (Dropbox.tla's ``log``,
 #: TwoPhaseDropbox.tla's ``mqLog``).  Every action is named once.
@@ -159,7 +165,7 @@ COLLAPSED: Mapping[str, str] = MappingProxyType({"SweepDeadOwner": "EndRollback"
 UNMODELLED: Mapping[LogMove, str] = MappingProxyType({
     _M.STAGE: "part of PrepareMQ: the branch log is complete before it is visible to anyone",
     _M.UNSTAGE: "a prepare that failed before PrepareMQ: nothing was prepared",
-    _M.HAND_OVER: "part of PrepareMQ: the prepared log replaces the session's",
+    _M.HAND_OVER: "part of PrepareMQ (the prepared log replaces the session's), or of a Spark commit",
     _M.KEEP: "Spark's sink (CheckpointOwner.tla's SinkCommit is about its effect, not its files)",
     _M.PRUNE: "Spark's sink: housekeeping of old proofs",
 })

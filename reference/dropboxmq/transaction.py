@@ -129,12 +129,11 @@ class LogStore:
 
     def open(self, name: str) -> int:
         """OPEN: a descriptor appending to the log ``name`` in associated/."""
-        next_log_state(_L.ABSENT, _LM.OPEN)
-        return open_regular(self.path(_L.ASSOCIATED, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        path = self.path(next_log_state(_L.ABSENT, _LM.OPEN), name)
+        return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     def close(self, fd: int, sync: bool) -> None:
         """CLOSE: the log is complete (fsynced with ``sync``; a commit's syncfs may do it instead)."""
-        next_log_state(_L.ASSOCIATED, _LM.CLOSE)
         try:
             if sync:
                 os.fsync(fd)
