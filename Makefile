@@ -35,8 +35,8 @@ conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml judges 
 	  --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
 conformance-spark: setup  ## Spark jobs under the suite: the data source's producer and consumer pass, Spark's own text writer and file stream source are caught
-	$(DMQ) conformance run --impl conformance/spark/producer.toml --impl conformance/spark/consumer.toml \
-	  --impl conformance/spark/text-writer.toml --impl conformance/spark/file-stream.toml \
+	$(DMQ) conformance run --impl conformance/dropboxmq_conformance/spark/producer.toml --impl conformance/dropboxmq_conformance/spark/consumer.toml \
+	  --impl conformance/dropboxmq_conformance/spark/text-writer.toml --impl conformance/dropboxmq_conformance/spark/file-stream.toml \
 	  --out $(REPORTS)/conformance-spark --html $(REPORTS)/conformance-spark.html --junit $(REPORTS)/conformance-spark.xml
 
 test: setup         ## the whole suite, in parallel
@@ -50,8 +50,8 @@ spec-deep: setup
 
 bench: setup        ## floor (C when gcc/cc is present), reference and peers side by side; results in stress/results/
 	$(PY) -m pip install -q -e '.[dev,bench]'
-	$(PY) -m dropboxmq.stress.bench
-	$(PY) -m dropboxmq.stress.spark_bench
+	$(PY) -m dropboxmq_stress.bench --json stress/results/bench-$$(date +%Y-%m-%d-%H%M%S).json
+	$(PY) -m dropboxmq_stress.spark_bench
 
 stress: setup system-deps   ## every nemesis (long profile), then the hostile-root fuzzer's long profile; root needed for tmpfs / loop mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json

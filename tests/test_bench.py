@@ -9,9 +9,10 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
-from dropboxmq.stress import bench
+from dropboxmq_stress import bench
 
 BASE = {
     "floor.nosync.send", "floor.nosync.receive", "floor.nosync.cycle",
@@ -28,9 +29,11 @@ def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def test_quick_bench_writes_every_figure(tmp_path: Path) -> None:
+def test_quick_bench_writes_every_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "results" / "bench.json"
-    before = set(bench.RESULTS_DIR.glob("*.json")) if bench.RESULTS_DIR.exists() else set()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     result = CliRunner().invoke(bench.main, ["--quick", "--messages", "100", "--budget", "0.05",
                                              "--backlogs", "300,1000", "--sample", "60", "--mc-messages", "60",
                                              "--dir", str(tmp_path / "work"), "--json", str(out)],
@@ -68,6 +71,6 @@ def test_quick_bench_writes_every_figure(tmp_path: Path) -> None:
 
     assert "non-persistent full cycle" in result.stdout.replace("\n", " ") or "dropboxmq" in result.stdout
     assert "targets" in result.stdout and ("hit" in result.stdout or "miss" in result.stdout)
-    # the temporary root is gone, and --json did not also write into stress/results/
+    # the temporary root is gone, and --json did not also write a default file into the cwd
     assert list((tmp_path / "work").iterdir()) == []
-    assert (set(bench.RESULTS_DIR.glob("*.json")) if bench.RESULTS_DIR.exists() else set()) == before
+    assert list(cwd.iterdir()) == []

@@ -12,11 +12,11 @@ import pytest
 from inotify_simple import Event, flags
 
 from dropboxmq import codec
-from dropboxmq.conformance import checks as C
-from dropboxmq.conformance import manifest as M
-from dropboxmq.conformance import replay as R
-from dropboxmq.conformance import runner, suite
-from dropboxmq.conformance.watcher import Watcher, read_trace
+from dropboxmq_conformance import checks as C
+from dropboxmq_conformance import manifest as M
+from dropboxmq_conformance import replay as R
+from dropboxmq_conformance import runner, suite
+from dropboxmq_conformance.watcher import Watcher, read_trace
 
 SHELL = M.impls_dir() / "shell"
 BROKEN = M.impls_dir() / "broken"
@@ -138,7 +138,7 @@ def test_reference_sessions_pass(tmp_path):
 
 BROKEN_ADAPTER = textwrap.dedent('''
     import os, sys
-    from dropboxmq.conformance import reference_adapter as ra
+    from dropboxmq_conformance import reference_adapter as ra
     MODE = os.environ["BROKEN_MODE"]
 
     class Broken(ra.Adapter):
@@ -208,7 +208,7 @@ def test_api_only_session_check_fails_against_a_broken_adapter(check, tmp_path):
 
 def test_reference_sessions_pass_api_only(tmp_path):
     m = write_manifest(tmp_path, "reference-api", expect="pass", flags="api_only = true\njms = \"1.1\"\n",
-                       adapter="{python} -m dropboxmq.conformance.reference_adapter {root} {client_id}")
+                       adapter="{python} -m dropboxmq_conformance.reference_adapter {root} {client_id}")
     rep = runner.run_impl(m, tmp_path / "out", tlc=False)
     assert rep.error is None and not rep.failures, [(r.check, r.summary) for r in rep.failures]
     for check in SESSION_CHECKS:
@@ -667,7 +667,7 @@ def test_waivers_skip_their_checks_and_say_why(tmp_path):
 def test_list_shows_the_topic_checks_with_their_rules():
     from click.testing import CliRunner
 
-    from dropboxmq.conformance import cli
+    from dropboxmq_conformance import cli
 
     res = CliRunner().invoke(cli.conformance, ["list"], terminal_width=400)
     assert res.exit_code == 0, res.output

@@ -228,7 +228,7 @@ def _spawn(root: Path, results: Path, seed: int, n_ops: int, stop_after: int | N
 
 
 def where_is_every_value(root: Path) -> dict[str, list[str]]:
-    from dropboxmq.stress.run import _value_of
+    from dropboxmq_stress.run import _value_of
 
     out: dict[str, list[str]] = {}
     for state in STATES:
@@ -246,7 +246,7 @@ def where_is_every_value(root: Path) -> dict[str, list[str]]:
 def power_loss_trial(scratch: Path, seed: int, mode: str = "boundary", n_ops: int = 60) -> dict:
     """One seeded run ending in a power loss; returns {problems: [...], ...}."""
     from dropboxmq.recovery import recover
-    from dropboxmq.stress import nemesis
+    from dropboxmq_stress import nemesis
     from dropboxmq.transaction import ensure_layout
 
     rng = random.Random(seed * 7919 + 1)

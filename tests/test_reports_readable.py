@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
-from dropboxmq.stress.report import write_html
+from dropboxmq_stress.report import write_html
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -53,10 +53,10 @@ def test_stress_report_plots_have_labelled_axes_and_tables_not_json(tmp_path: Pa
 
 
 def test_conformance_report_opens_with_an_implementation_by_check_matrix(tmp_path: Path) -> None:
-    from dropboxmq.conformance import checks as C
-    from dropboxmq.conformance.manifest import default_manifests, load
-    from dropboxmq.conformance.report import write_html as conformance_html
-    from dropboxmq.conformance.runner import ImplReport, RunSummary
+    from dropboxmq_conformance import checks as C
+    from dropboxmq_conformance.manifest import default_manifests, load
+    from dropboxmq_conformance.report import write_html as conformance_html
+    from dropboxmq_conformance.runner import ImplReport, RunSummary
 
     manifests = [load(p) for p in default_manifests()[:2]]
     ids = [c.id for c in C.CHECKS][:3] if hasattr(C, "CHECKS") else list(C.BY_ID)[:3]

@@ -12,9 +12,9 @@ pytest.importorskip("pyarrow")
 
 from spark_fixtures import spark  # noqa: E402,F401  (session fixture)
 from dropboxmq.audit import FIGURES, consistency, figures, locate, read_table  # noqa: E402
-from dropboxmq.stress.checker import check, check_dir  # noqa: E402
-from dropboxmq.stress.gen_history import generate  # noqa: E402
-from dropboxmq.stress.history import History  # noqa: E402
+from dropboxmq_stress.checker import check, check_dir  # noqa: E402
+from dropboxmq_stress.gen_history import generate  # noqa: E402
+from dropboxmq_stress.history import History  # noqa: E402
 
 
 def _stress_case(d: Path, power_loss: bool) -> Path:

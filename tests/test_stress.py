@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq.stress import checker, faults, failn, nemesis, run
-from dropboxmq.stress.workload import make_body, parse_body
+from dropboxmq_stress import checker, faults, failn, nemesis, run
+from dropboxmq_stress.workload import make_body, parse_body
 
 # ---------------------------------------------------------------- hand-written histories
 
@@ -140,7 +140,7 @@ def test_check_cli_on_a_history_dir(tmp_path):
     (hist / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"torn')
     from click.testing import CliRunner
 
-    from dropboxmq.stress.cli import stress
+    from dropboxmq_stress.cli import stress
 
     res = CliRunner().invoke(stress, ["check", str(tmp_path / "case")])
     assert res.exit_code == 0, res.output
@@ -149,7 +149,7 @@ def test_check_cli_on_a_history_dir(tmp_path):
 
 
 def test_compare_ratios(tmp_path):
-    from dropboxmq.stress.compare import compare
+    from dropboxmq_stress.compare import compare
 
     base = {"valid": True, "figures": {"lost-count": 0, "unexpected-count": 0, "kills.deliver_per_s": 100.0,
                                        "kills.send_p99": 0.01}}
@@ -239,7 +239,7 @@ def test_fail_at_n_send_every_call_site(tmp_path):
     code = f"""
 import json
 from pathlib import Path
-from dropboxmq.stress import failn, run
+from dropboxmq_stress import failn, run
 case = run.Case("fail-at-n", run.Workload(), ("fail-at-n",),
                 failn={{"ops": ["send", "send_many"], "actions": ["errno:EIO", "kill-after"]}})
 r = failn.run(case, Path({str(tmp_path / 'out')!r}), Path({str(tmp_path / 'scratch')!r}))

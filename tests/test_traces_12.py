@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import codec
-from dropboxmq.conformance import replay as R
+from dropboxmq_conformance import replay as R
 
 TRACES = Path(os.environ.get("DROPBOXMQ12_TRACES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"
                              / "dropboxmq12-traces"))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST, fork_context, ls
-from pg_server import PgServer, PgUnavailable
+from dropboxmq_stress.pg_server import PgServer, PgUnavailable
 
 from dropboxmq import recovery, xa
 from dropboxmq.coordinator import Coordinator, CoordinatorError

@@ -3,7 +3,7 @@
 Two audits:
 
 * **History figures** (``--history PATH``): Jepsen's total-queue figures exactly as
-  ``dropboxmq.stress.checker.check`` defines them -- lost, duplicated, unexpected, recovered,
+  ``dropboxmq_stress.checker.check`` defines them -- lost, duplicated, unexpected, recovered,
   in-doubt (plus attempted, acknowledged, ok) -- computed column-wise, so they scale to histories
   of tens of millions of records.  PATH is a stress case directory (``history/*.jsonl`` +
   ``final-state.json`` + ``case.json``), a directory of Parquet or flat JSON-lines files, or one
@@ -22,7 +22,7 @@ The *flat history* is one row per (record, value): ``t`` (double), ``p``, ``type
 ``value`` (string), ``victim``, ``persistent`` (bool), ``foreign`` (bool).  A stress record whose
 ``value`` is a list becomes one row per element, which is all the checker's figures look at.
 
-Figures (``stress/checker.py``; values are the test's message ids):
+Figures (``stress/dropboxmq_stress/checker.py``; values are the test's message ids):
 
 * attempted = values of ``send invoke``; acknowledged = values of ``send ok``;
   delivered = values of ``receive ok`` (not ``foreign``);
@@ -117,7 +117,7 @@ def _flatten_stress(files: list[Path]):
     """The stress checker's records (``stress.history.read_file``) as a flat Arrow table."""
     import pyarrow as pa
 
-    from dropboxmq.stress.history import read_file
+    from dropboxmq_stress.history import read_file
 
     cols: dict[str, list] = {c: [] for c in FLAT_COLUMNS}
     for path in files:

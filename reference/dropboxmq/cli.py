@@ -1091,7 +1091,7 @@ def _register_optional_groups() -> None:
     except ImportError:  # audit support not present
         pass
     try:
-        from dropboxmq.stress.cli import stress
+        from dropboxmq_stress.cli import stress
         main.add_command(stress)
     except ImportError:
         pass
@@ -1101,7 +1101,7 @@ def _register_optional_groups() -> None:
     except ImportError:  # two-phase-commit support not present
         pass
     try:
-        from dropboxmq.conformance.cli import conformance
+        from dropboxmq_conformance.cli import conformance
         main.add_command(conformance)
     except ImportError:  # conformance suite not installed
         pass

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from importlib import resources
 import json
 import os
 import re
@@ -67,16 +68,32 @@ ALL_ACTIONS = LIFECYCLE_ACTIONS + PROCESS_ACTIONS
 
 # --------------------------------------------------------------------------- locating
 def spec_dir() -> Path:
-    """The spec/ directory (``DROPBOXMQ_SPEC_DIR`` overrides)."""
+    """The TLA+ specification: ``DROPBOXMQ_SPEC_DIR``, else the installed package data
+    ``dropboxmq_spec`` (the repository's spec/ folder in an editable install)."""
     env = os.environ.get("DROPBOXMQ_SPEC_DIR")
     if env:
         return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent / "spec" / "Dropbox.tla"
-        if cand.is_file():
-            return cand.parent
-    raise FileNotFoundError("cannot find spec/Dropbox.tla; set DROPBOXMQ_SPEC_DIR")
+    main = _installed_spec_file("Dropbox.tla")
+    if main is None:
+        raise FileNotFoundError("the TLA+ spec (package data dropboxmq_spec) is not installed; "
+                                "reinstall dropboxmq or set DROPBOXMQ_SPEC_DIR")
+    return main.parent
+
+
+def _installed_spec_file(name: str) -> Path | None:
+    """``name`` in the data-only package dropboxmq_spec, or None when it is not installed."""
+    try:
+        # joinpath gives a real file path also when files() is a namespace MultiplexedPath
+        found = Path(str(resources.files("dropboxmq_spec").joinpath(name)))
+        return found if found.is_file() else None
+    except ModuleNotFoundError:
+        return None
+    except NotADirectoryError:
+        # Python 3.11's namespace reader rejects the placeholder entry an editable install
+        # puts on the package's __path__; the real folders are still listed there.
+        located = importlib.util.find_spec("dropboxmq_spec")
+        folders = located.submodule_search_locations if located else None
+        return next((Path(f) / name for f in folders or () if (Path(f) / name).is_file()), None)
 
 
 def tla2tools_jar() -> Path:

@@ -1,6 +1,6 @@
 """``make bench``: the reference implementation next to the syscall floor and its peers.
 
-Run: ``python -m dropboxmq.stress.bench [--quick] [--messages N] [--budget S] [--rounds R]
+Run: ``python -m dropboxmq_stress.bench [--quick] [--messages N] [--budget S] [--rounds R]
 [--backlogs 10000,100000,1000000] [--json FILE] [--dir DIR]``
 
 One run, one temporary root, one machine.  Every case runs once per *round*
@@ -74,7 +74,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BATCH = 100
 CONSUMER_COUNTS = (1, 2, 4, 8)
 _CHUNK = 32  # progress is advanced every _CHUNK messages (rich is not free)
@@ -1406,7 +1405,7 @@ def run(messages: int, budget: float, size: int, rounds: int, directory: Path | 
     floor_impl = (f"C ({cfloor.compiler} -O2, compiled at run time)" if cfloor is not None and cfloor.exe
                   else f"pure os calls ({cfloor.error if cfloor is not None else 'C floor disabled'})")
     result = {
-        "tool": "dropboxmq.stress.bench",
+        "tool": "dropboxmq_stress.bench",
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
         "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "file_system": fs,
@@ -1465,7 +1464,7 @@ def _int_list(ctx, param, value):
               help="Where to make the temporary root (default: the system temp dir). The file system "
                    "there is what is measured.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the results here (default: stress/results/bench-<date>.json).")
+              help="Write the results here (default: bench-<date>.json in the current directory).")
 @click.option("--keep", is_flag=True, help="Keep the temporary root.")
 @click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Also write the README table (markdown) here ('-': stdout).")
@@ -1503,8 +1502,7 @@ def main(messages, budget, size, rounds, backlogs, sample, backlog_budget, mc_me
                  mc_messages, CONSUMER_COUNTS, not no_c, memory_mb << 20)
     render(result, out)
     if json_file is None:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        json_file = RESULTS_DIR / f"bench-{_dt.datetime.now():%Y-%m-%d-%H%M%S}.json"
+        json_file = Path(f"bench-{_dt.datetime.now():%Y-%m-%d-%H%M%S}.json")
     json_file.parent.mkdir(parents=True, exist_ok=True)
     json_file.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if markdown_file is not None:

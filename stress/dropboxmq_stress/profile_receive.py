@@ -1,6 +1,6 @@
 """Profile the consume path: N AUTO_ACKNOWLEDGE, non-persistent receives under cProfile.
 
-    python -m dropboxmq.stress.profile_receive [-n 20000] [--top 25] [--out FILE]
+    python -m dropboxmq_stress.profile_receive [-n 20000] [--top 25] [--out FILE]
 
 Sends N non-persistent 100-byte messages (untimed), then profiles ``receive(0)``
 until the queue is empty and prints the functions by own time, the calls per

@@ -1,4 +1,5 @@
-"""A throw-away PostgreSQL server for the two-phase-commit tests and the XA benchmark.
+"""A throw-away PostgreSQL server for the two-phase-commit tests and the XA benchmark
+(dropboxmq_stress.xa_bench), so it ships with the stress package.
 
 ``initdb`` + ``pg_ctl start`` in a private temporary directory: TCP on
 127.0.0.1 only, on a free port, the unix socket in the same directory,

@@ -1,7 +1,7 @@
 """The reference implementation's adapter: the JSON-lines session protocol (README.md) on
 top of ``dropboxmq.session``.  Run as::
 
-    python -m dropboxmq.conformance.reference_adapter ROOT CLIENT_ID
+    python -m dropboxmq_conformance.reference_adapter ROOT CLIENT_ID
 
 One process = one connection; it reads one request per line on stdin and writes
 one response per line on stdout.  This module is the *implementation* side of

@@ -175,7 +175,7 @@ def load(path: str | Path) -> Manifest:
 
 
 def impls_dir() -> Path:
-    return Path(str(resources.files("dropboxmq.conformance") / "impls"))
+    return Path(str(resources.files("dropboxmq_conformance") / "impls"))
 
 
 def default_manifests() -> list[Path]:

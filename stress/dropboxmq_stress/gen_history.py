@@ -1,6 +1,6 @@
 """Generate a large synthetic history for ``dropboxmq audit`` (flat format, see dropboxmq.audit).
 
-    python -m dropboxmq.stress.gen_history OUT_DIR --rows 10000000 [--format parquet|jsonl] [--files 4]
+    python -m dropboxmq_stress.gen_history OUT_DIR --rows 10000000 [--format parquet|jsonl] [--files 4]
 
 About four rows per message (send invoke, send ok, receive ok, ack ok), with known anomalies mixed
 in: lost sends, explained non-losses (acked-unobserved by a killed consumer, quarantined), values

@@ -1,6 +1,6 @@
 """The figures of README's Spark section: the ``dropboxmq`` data source in ``local[2]``.
 
-Run: ``python -m dropboxmq.stress.spark_bench [--messages N]`` (``make bench`` runs it).
+Run: ``python -m dropboxmq_stress.spark_bench [--messages N]`` (``make bench`` runs it).
 
 Each figure is messages per second of one Spark action on a fresh queue of N messages (default
 20,000), timed from the call to its end, the session already started: batch write (one

@@ -1,6 +1,6 @@
 """Consume-and-insert: two-phase commit vs the idempotent consumer, measured.
 
-    python -m dropboxmq.stress.xa_bench [--messages 500] [--dsn DSN] [--dir DIR] [--json]
+    python -m dropboxmq_stress.xa_bench [--messages 500] [--dsn DSN] [--dir DIR] [--json]
 
 Each transaction receives one message from a dropbox queue and inserts one row
 into PostgreSQL.  Two ways to make that "exactly once":
@@ -15,8 +15,8 @@ into PostgreSQL.  Two ways to make that "exactly once":
   the ack redelivers the message and the insert is a no-op.
 
 Without ``--dsn`` a private PostgreSQL server is started for the run (the
-helper of the test suite, ``tests/pg_server.py``: needs a repository checkout
-and the Debian postgresql package) with fsync on, so both variants pay real
+helper the test suite uses too, ``dropboxmq_stress.pg_server``: needs the Debian
+postgresql package) with fsync on, so both variants pay real
 durability.  The dropbox root lives in ``--dir`` (default: a temporary
 directory under the current directory, i.e. the same disk as the project).
 """
@@ -24,7 +24,6 @@ directory under the current directory, i.e. the same disk as the project).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -40,18 +39,10 @@ from dropboxmq.coordinator import Coordinator
 from dropboxmq.message import Queue
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
 
+from .pg_server import PgServer
+
 Q = Queue("bench")
 SETTINGS = Settings(poll_interval=0.005, scan_interval=0.05, recovery_interval=5.0)
-
-
-def _pg_server_module():
-    path = Path(__file__).resolve().parents[1] / "tests" / "pg_server.py"
-    if not path.exists():
-        sys.exit("no --dsn given and tests/pg_server.py not found (run from a repository checkout)")
-    spec = importlib.util.spec_from_file_location("dmq_pg_server", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
 
 
 def _fill(root: Path, n: int) -> None:
@@ -120,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     dsn = args.dsn
     if dsn is None:
-        server = _pg_server_module().PgServer(max_prepared=20).start()
+        server = PgServer(max_prepared=20).start()
         dsn = server.dsn
     base = Path(tempfile.mkdtemp(prefix="xa-bench-", dir=args.dir or Path.cwd()))
     results: dict[str, list[float]] = {"2pc": [], "idempotent": []}
