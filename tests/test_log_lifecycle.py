@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from dropboxmq import spec_check as sc
+from dropboxmq.tlc import spec_dir
 from dropboxmq.log_lifecycle import (
     COLLAPSED,
     LOG_TRANSITIONS,
@@ -115,7 +115,7 @@ def table_problems(texts: dict[str, str]) -> list[str]:
 
 
 def _texts() -> dict[str, str]:
-    return {m: (sc.spec_dir() / m).read_text() for m in SPECS}
+    return {m: (spec_dir() / m).read_text() for m in SPECS}
 
 
 def test_every_log_action_of_the_specs_is_one_move_of_the_table():
