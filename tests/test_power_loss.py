@@ -115,7 +115,7 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
     if shutdown_at_dir_fsync is not None:  # "straddle": the file system dies between a rename
         from dropboxmq import store, transaction  # and the fsync of its directory; we live on
 
-        real, calls = store._fsync_dir, [0]
+        real, calls = store.fsync_dir, [0]
 
         def fsync_dir(path: str) -> None:
             calls[0] += 1
@@ -124,7 +124,7 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
                 rec(op="shutdown", dir=path)
             real(path)
 
-        store._fsync_dir = transaction._fsync_dir = fsync_dir
+        store.fsync_dir = transaction.fsync_dir = fsync_dir
 
     conn = Connection(root, client_id=f"pl{seed}", settings=Settings(poll_interval=0.002, scan_interval=0.0))
     plain, tx = conn.create_session(), conn.create_session(transacted=True)
@@ -365,17 +365,17 @@ def test_client_ack_whose_fsync_fails_does_not_return(tmp_path, monkeypatch):
         c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
         s = c.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
         assert s.create_consumer(q).receive(1) is not None
-        real, synced = store._fsync_dir, []
+        real, synced = store.fsync_dir, []
 
         def eio_for_processed(path):
             if path.endswith("processed"):
                 raise OSError(_errno.EIO, "Input/output error", path)
             real(path)
 
-        monkeypatch.setattr(store, "_fsync_dir", eio_for_processed)
+        monkeypatch.setattr(store, "fsync_dir", eio_for_processed)
         with pytest.raises(StoreError, match="not durable"):
             s.acknowledge()
-        monkeypatch.setattr(store, "_fsync_dir", lambda p: (synced.append(p), real(p)))
+        monkeypatch.setattr(store, "fsync_dir", lambda p: (synced.append(p), real(p)))
         s.acknowledge()  # the retry: the rename is done already, the sync is not
         assert any(p.endswith("processed") for p in synced)
 

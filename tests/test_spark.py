@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.errors import PySparkException  # noqa: E402
 from spark_fixtures import spark, spark_env  # noqa: E402,F401  (the session fixture)
 
 from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
@@ -440,7 +441,7 @@ def test_every_readme_spark_snippet_runs_as_written(spark, tmp_path):
 
 def test_missing_root_or_checkpoint_is_one_line_naming_the_option(spark, tmp_path, monkeypatch):
     monkeypatch.delenv("DROPBOXMQ_ROOT", raising=False)
-    with pytest.raises(Exception) as e:
+    with pytest.raises(PySparkException) as e:  # Spark's, not a TypeError of this test
         spark.read.format("dropboxmq").load("q").collect()
     # Spark puts the worker's traceback (pyspark frames removed: simplified tracebacks are on by
     # default) in its message; the cause is one line naming the option
@@ -448,7 +449,7 @@ def test_missing_root_or_checkpoint_is_one_line_naming_the_option(spark, tmp_pat
         str(e.value).splitlines()), str(e.value)
     q = (spark.readStream.format("dropboxmq").option("root", str(tmp_path)).load("q")
          .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start())
-    with pytest.raises(Exception) as e:
+    with pytest.raises(PySparkException) as e:  # Spark's, not a TypeError of this test
         q.awaitTermination(120)
     assert ("ValueError: dropboxmq: a streaming read needs .option('checkpointLocation', DIR) on readStream too "
             "(the same DIR as the query's)") in str(e.value).splitlines(), str(e.value)

@@ -45,7 +45,7 @@ def failing(code: int):
 
 def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
     """A real (fake) file system with a tiny disk: the write fails with ENOSPC."""
-    monkeypatch.setattr(store, "_noreplace_supported", False)  # no renameat2 in pyfakefs
+    monkeypatch.setattr(store, "noreplace_supported", False)  # no renameat2 in pyfakefs
     root = "/data/root"
     box = Dropbox(root + "/Q1/incoming").ensure()
     fs.set_disk_usage(1000, path="/data")
@@ -58,7 +58,7 @@ def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
 
 
 def test_disk_full_during_send_pyfakefs_through_the_api(fs, monkeypatch):
-    monkeypatch.setattr(store, "_noreplace_supported", False)
+    monkeypatch.setattr(store, "noreplace_supported", False)
     root = "/data/root"
     os.makedirs(root)
     fs.set_disk_usage(4000, path="/data")
@@ -131,7 +131,7 @@ def test_permission_denied_on_create(root, monkeypatch):
 
 def test_permission_denied_pyfakefs(fs, monkeypatch):
     """A read-only working/ for a non-root user (pyfakefs emulates the permission check)."""
-    monkeypatch.setattr(store, "_noreplace_supported", False)
+    monkeypatch.setattr(store, "noreplace_supported", False)
     box = Dropbox("/data/root/Q1/incoming").ensure()
     fs.chmod(box.dir(State.NOT_COMMITTED), 0o555)
     from pyfakefs.helpers import set_uid
@@ -187,7 +187,7 @@ def test_send_never_replaces_an_existing_target_name(root):
 
 
 def test_rename_fallback_without_renameat2(root, monkeypatch):
-    monkeypatch.setattr(store, "_noreplace_supported", False)
+    monkeypatch.setattr(store, "noreplace_supported", False)
     box = Dropbox(root / "Q1" / "incoming").ensure()
     box.create(NAME, b"x", durable=True)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)

@@ -291,12 +291,13 @@ def test_regression_transacted_receive_log_failure_strands_message(tmp_path):
 def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     from dropboxmq import recovery
     from dropboxmq.session import Connection
-    from dropboxmq.transaction import ASSOCIATED, transaction_dir
+    from dropboxmq.log_lifecycle import LogState
+    from dropboxmq.transaction import LogStore
 
     root = tmp_path / "root"
     with Connection(root, client_id="live"):
-        gone = transaction_dir(root) / ASSOCIATED / "live~abc~1"  # listed, then committed by its owner
-        monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([(ASSOCIATED, gone)]))
+        gone = LogStore(root).path(LogState.ASSOCIATED, "live~abc~1")  # listed, then committed by its owner
+        monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([(LogState.ASSOCIATED, gone)]))
         report = recovery.recover(root)
         assert report.errors == []
 

@@ -461,14 +461,16 @@ def test_crash_during_prepare_is_rolled_back(tmp_path):
     send(root)
 
     def die_in_prepare():
-        real = xa.rename_noreplace
+        from dropboxmq import transaction
+
+        real = transaction.rename_noreplace
 
         def rename(src, dst):
             if "/prepared/" in str(dst):
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(src, dst)
 
-        xa.rename_noreplace = rename
+        transaction.rename_noreplace = rename
         conn = Connection(root, "dier", settings=FAST)
         s = xa.create_xa_session(conn)
         s.tpc_begin(s.xid(1, "torn", "mq"))

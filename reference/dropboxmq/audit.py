@@ -45,6 +45,11 @@ from typing import Any
 
 import click
 
+__all__ = [
+    "FIGURES", "FLAT_COLUMNS", "HistorySource", "flat_schema", "locate", "read_table", "figures_python",
+    "figures_spark", "figures", "consistency", "audit",
+]
+
 FIGURES = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
            "unexpected-count", "recovered-count", "in-doubt-count")
 FLAT_COLUMNS = ("t", "p", "type", "f", "value", "victim", "persistent", "foreign")
@@ -63,7 +68,7 @@ class HistorySource:
     power_loss: bool = False
 
 
-def _flat_schema():
+def flat_schema():
     import pyarrow as pa
 
     return pa.schema([("t", pa.float64()), ("p", pa.string()), ("type", pa.string()), ("f", pa.string()),
@@ -128,7 +133,7 @@ def _flatten_stress(files: list[Path]):
                 cols["victim"].append(r.get("victim") or None)
                 cols["persistent"].append(r.get("persistent"))
                 cols["foreign"].append(r.get("foreign") is not None)
-    return pa.table(cols, schema=_flat_schema())
+    return pa.table(cols, schema=flat_schema())
 
 
 def read_table(src: HistorySource):
@@ -142,11 +147,11 @@ def read_table(src: HistorySource):
     elif src.fmt == "flat-jsonl":
         import pyarrow.json as pj
 
-        opts = pj.ParseOptions(explicit_schema=_flat_schema(), unexpected_field_behavior="ignore")
+        opts = pj.ParseOptions(explicit_schema=flat_schema(), unexpected_field_behavior="ignore")
         tables = [pj.read_json(f, parse_options=opts) for f in src.files]
     else:
         return _flatten_stress(src.files)
-    return pa.concat_tables([t.cast(_flat_schema()) for t in tables])
+    return pa.concat_tables([t.cast(flat_schema()) for t in tables])
 
 
 # ---------------------------------------------------------------- the final-state rule (shared)
@@ -345,7 +350,7 @@ def consistency(root: str | Path) -> dict:
             continue
         named_by_logs.update((e.box, e.name) for e in entries if e.kind == "send")
         if alive(owner) == "dead":
-            report["dead-owner-logs"].append(f"{where}/{path.name}")
+            report["dead-owner-logs"].append(f"{where.value}/{path.name}")
     for display, box in layout.all_dropboxes(root):
         report["dropboxes"] += 1
         rel = os.path.relpath(box.path, root)
@@ -365,7 +370,7 @@ def consistency(root: str | Path) -> dict:
                 client, original = codec.split_processing_name(name)
                 if state in (State.NEW, State.NOT_COMMITTED):
                     client, original = None, name
-                if codec._split_name(original) is None:
+                if codec.split_name(original) is None:
                     report["undecodable"].append(f"{display}/{state_dir}/{name}")
                 mid = codec.decode_name(original, 0).message_id
                 if mid in seen and seen[mid] != state_dir:

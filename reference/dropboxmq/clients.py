@@ -20,6 +20,11 @@ from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
 from .store import NotARegularFile, ensure_plain_dir, open_regular
 
+__all__ = [
+    "clients_dir", "registration_path", "Registration", "liveness", "live_clients", "is_dead",
+    "hold_path", "hold_for_checkpoint", "release_hold",
+]
+
 
 def clients_dir(root: Path) -> Path:
     return Path(root) / "dropboxmq" / "clients"

@@ -196,12 +196,15 @@ __all__ = [
     "decode_properties",
     "encode_name",
     "decode_name",
+    "split_name",
     "with_delivery_count",
     "DELIVERY_TIME_PROP",
     "DELIVERY_MODE_PROP",
     "to_wire",
     "from_wire",
     "now_ms",
+    "name_delivery_count",
+    "without_delivery_count",
     "processing_name",
     "split_processing_name",
     "may_be_bare_claim_of",
@@ -574,7 +577,7 @@ _LONG_RE = re.compile(r"[+-]?[0-9]{1,25}")
 _SORT_RE = re.compile(r"([+-]?[0-9]{1,12})\.([0-9]{1,30})-[0-9]{1,30}\.")
 
 
-def _split_name(name: str) -> tuple[int, list[str]] | None:
+def split_name(name: str) -> tuple[int, list[str]] | None:
     """(priority, fields) for a parseable name, else None."""
     fields = name.split(".")
     if not 3 <= len(fields) <= 8 or not fields[1]:
@@ -628,7 +631,7 @@ def _unparseable(name: str, now_ms: int | None, default_class: str) -> Message:
 def _decode_name_strict(
     name: str, now_ms: int | None, default_class: str, claimed: bool
 ) -> Message:
-    parsed = _split_name(name)
+    parsed = split_name(name)
     if parsed is None:
         return _unparseable(name, now_ms, default_class)
     prio, fields = parsed
@@ -765,7 +768,7 @@ def with_delivery_count(name: str, count: int) -> str:
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"delivery count must be a non-negative int, got {count!r}")
-    parsed = _split_name(name)
+    parsed = split_name(name)
     if parsed is None:
         return name
     fields = parsed[1]
@@ -800,7 +803,7 @@ def name_delivery_count(name: str) -> int:
     """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix is
     allowed); 0 when the name has none or is unparseable.  What a name *means* by it
     depends on where it is (see "Delivery count" above and ``lifecycle.COUNT_RULES``)."""
-    parsed = _split_name(split_processing_name(name)[1])
+    parsed = split_name(split_processing_name(name)[1])
     if parsed is None or len(parsed[1]) < 8:
         return 0
     stored = decode_properties(parsed[1][7]).get(DELIVERY_COUNT)
@@ -812,7 +815,7 @@ def name_delivery_count(name: str) -> int:
 def without_delivery_count(name: str) -> str:
     """``name`` without its ``JMSXDeliveryCount`` pair (and the empty fields that carried only
     it): the name of a first delivery.  An unparseable name is returned unchanged."""
-    parsed = _split_name(name)
+    parsed = split_name(name)
     if parsed is None or len(parsed[1]) < 8:
         return name
     fields = parsed[1]
@@ -858,7 +861,7 @@ def may_be_bare_claim_of(client_id: str, pname: str) -> bool:
     bare, as 1.2 does)?  Then a ``~`` in it does not prove another owner -- unless what
     follows the ``~`` is a message name and the whole is none (a prefix, then)."""
     rest = pname.partition("~")[2]
-    if _split_name(rest) is not None and _split_name(pname) is None:
+    if split_name(rest) is not None and split_name(pname) is None:
         return False
     return _name_bytes(encode_field(client_id)) + 1 + _name_bytes(pname) > MAX_NAME_BYTES
 
@@ -875,7 +878,7 @@ def sort_key(name: str) -> tuple[int, int, int, str]:
         prio = int(m.group(1))
         if _INT_MIN <= prio <= _INT_MAX:
             return (-prio, 0, int(m.group(2)), name)
-    parsed = _split_name(name)
+    parsed = split_name(name)
     if parsed is None:
         return (-DEFAULT_PRIORITY, 2, 0, name)
     prio, fields = parsed

@@ -53,8 +53,12 @@ from typing import Any, Callable, Mapping
 
 from . import codec
 from .errors import DropboxMQError
-from .store import _fsync_dir
+from .store import fsync_dir, replace_durably
 from .xa import DEFAULT_FORMAT_ID
+
+__all__ = [
+    "DECISION_SUFFIX", "CoordinatorError", "HeuristicError", "GlobalTx", "RecoveryResult", "Coordinator",
+]
 
 DECISION_SUFFIX = ".commit"
 
@@ -186,14 +190,8 @@ class Coordinator:
         tmp = final.with_name("." + final.name + ".tmp")
         data = json.dumps({"gtrid": tx.gtrid, "format_id": tx.format_id, "decision": "commit",
                            "resources": list(tx.resources)}).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, final)
-        _fsync_dir(str(self.dir))  # ---- the decision is durable: point of no return ----
+        replace_durably(final, data, tmp)
+        fsync_dir(str(self.dir))  # ---- the decision is durable: point of no return ----
 
     def _forget(self, gtrid: str) -> None:
         try:

@@ -21,6 +21,8 @@ from . import layout
 from .lifecycle import STATE_DIRS, State
 from .message import Queue, TextMessage
 
+__all__ = ["run_demo"]
+
 
 def _produce(root: str, queue: str, run: str, index: int, count: int, results) -> None:
     from .session import Connection

@@ -18,7 +18,9 @@ from typing import Callable, Iterator
 
 from . import codec, layout, topics
 from .message import DeliveryMode, Topic
-from .session import Connection, MessageConsumer, Settings, _create_copy
+from .session import Connection, MessageConsumer, Settings, create_copy
+
+__all__ = ["POLL_SECONDS", "topics_with_incoming", "distribute_once", "distribute"]
 
 POLL_SECONDS = 0.2
 
@@ -51,7 +53,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                 copy_name = codec.without_delivery_count(d.original_name)
                 for target in targets:
                     session._tx_log().record("send", target, copy_name)
-                    _create_copy(target, copy_name, msg, topic_copy=True, durable=False)
+                    create_copy(target, copy_name, msg, topic_copy=True, durable=False)
                 session.commit()
                 done += 1
                 if on_file is not None:

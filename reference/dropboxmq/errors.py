@@ -1,5 +1,11 @@
 """Exceptions, named after their JMS counterparts where one exists."""
 
+__all__ = [
+    "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
+    "InvalidSelectorError", "IllegalStateError", "MessageFormatError", "TransactionRolledBackError",
+    "TransactionInDoubtError", "NameTooLongError", "StoreError", "UnsupportedFileSystemError",
+]
+
 
 class DropboxMQError(Exception):
     """Base of every error this package raises on purpose (the CLI prints these in one line)."""

@@ -9,6 +9,11 @@ from typing import Iterator
 from .message import Queue, Topic
 from .store import Dropbox, is_real_dir
 
+__all__ = [
+    "DEFAULT_ROOT", "TOPIC_ROOT", "INTERNAL", "queue_box", "topic_dir", "topic_incoming",
+    "subscriptions_dir", "all_dropboxes",
+]
+
 DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 TOPIC_ROOT = "topic-root"
 INTERNAL = "dropboxmq"

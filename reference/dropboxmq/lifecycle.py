@@ -71,7 +71,7 @@ and the TLC trace mapping (``spec_traces``) both use it.
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
 rollback REDELIVERs it.  Crash atomicity of a commit is the job of the
-transaction log (``transaction.py``), not of this table.
+transaction log (``transaction.py``; its own table is ``log_lifecycle.py``), not of this table.
 
 Nothing in this module touches the file system; ``store.py`` executes it.
 """
@@ -82,8 +82,30 @@ import enum
 from types import MappingProxyType
 from typing import Mapping
 
+__all__ = [
+    "IdentityEnum", "DirectoryState", "State", "Move", "Actor", "PROCESS_ACTIONS", "STATE_DIRS", "TRANSITIONS",
+    "ACTORS", "PURGEABLE", "TERMINAL", "CountRule", "COUNT_RULES", "count_ok", "IllegalMove", "next_state",
+    "state_of_directory", "move_between",
+]
 
-class State(enum.Enum):
+
+class IdentityEnum(enum.Enum):
+    """An enum of states or moves (here and in ``log_lifecycle.py``).  Members are singletons
+    compared by identity: hash them by identity too, in C, not by Enum's Python-level hash of
+    the name (every store call looks a state up in a dict)."""
+
+    __hash__ = object.__hash__
+
+
+class DirectoryState(IdentityEnum):
+    """A state that is the directory holding the file: the value (None: no file)."""
+
+    @property
+    def directory(self) -> str | None:
+        return self.value
+
+
+class State(DirectoryState):
     """A message state; the value is the directory that holds it (None: no file)."""
 
     ABSENT = None
@@ -94,16 +116,8 @@ class State(enum.Enum):
     EXPIRED = "expired"
     DEAD_LETTER = "error"
 
-    # Members are singletons compared by identity: hash them by identity too, in C, not by
-    # Enum's Python-level hash of the name (every store call looks a state up in a dict).
-    __hash__ = object.__hash__
 
-    @property
-    def directory(self) -> str | None:
-        return self.value
-
-
-class Move(enum.Enum):
+class Move(IdentityEnum):
     CREATE = "Create"
     SEND = "Send"
     DISCARD = "Discard"
@@ -114,8 +128,6 @@ class Move(enum.Enum):
     REDELIVER = "Redeliver"
     DEAD_LETTER = "DeadLetter"
     PURGE = "Purge"
-
-    __hash__ = object.__hash__  # as State's
 
     @property
     def spec_action(self) -> str:

@@ -15,6 +15,13 @@ from typing import Any, Callable
 
 from .errors import InvalidDestinationError, MessageFormatError
 
+__all__ = [
+    "validate_name", "name_bytes", "Queue", "Topic", "Destination", "DeliveryMode", "DEFAULT_PRIORITY",
+    "PROPERTY_TYPES", "type_letter", "infer_letter", "coerce", "Property", "CLASS_LETTERS", "Message",
+    "TextMessage", "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage", "MESSAGE_CLASSES",
+    "message_for_letter",
+]
+
 
 # ---------------------------------------------------------------- destinations
 

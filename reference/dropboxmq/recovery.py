@@ -37,6 +37,8 @@ from .transaction import log_owner, logged_sends, pending_logs, recover_log, rec
 
 log = logging.getLogger("dropboxmq")
 
+__all__ = ["RecoveryReport", "recover"]
+
 
 @dataclass
 class RecoveryReport:

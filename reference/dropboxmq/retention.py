@@ -14,6 +14,8 @@ from . import lifecycle
 from .lifecycle import Move, State
 from .store import Dropbox
 
+__all__ = ["TERMINAL", "parse_age", "PruneResult", "prune"]
+
 #: The terminal state directories retention may empty, by directory name (lifecycle order).
 TERMINAL: dict[str, State] = {s.value: s for s in State if s in lifecycle.TERMINAL}
 

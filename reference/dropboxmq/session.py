@@ -55,6 +55,15 @@ from .transaction import TransactionLog, ensure_layout, finish_dead_commits, rec
 if TYPE_CHECKING:
     from .selector import Selector
 
+__all__ = [
+    "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
+    "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "DELIVERY_COUNT_PROP", "now_ms", "selector_for",
+    "Settings", "to_wire", "from_wire", "Connection", "TemporaryQueue", "TemporaryTopic", "Delivery",
+    "Session", "MessageProducer", "temporary_gone", "create_copy", "Body", "as_message", "body_of",
+    "parse_selector", "delete_temporary", "MessageListener", "MessageConsumer", "redelivery_name",
+    "reclaim_dead_owners", "QueueBrowser",
+]
+
 log = logging.getLogger("dropboxmq")
 
 
@@ -312,7 +321,7 @@ class Session:
         owner = topics.temporary_owner(destination.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
-        selector_obj = _parse_selector(selector)
+        selector_obj = parse_selector(selector)
         consumer = MessageConsumer(self, layout.queue_box(self.connection.root, destination).ensure(),
                                    destination, selector, selector_obj)
         self._consumers.append(consumer)
@@ -345,7 +354,7 @@ class Session:
         owner = topics.temporary_owner(topic.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
-        selector_obj = _parse_selector(selector)  # invalid selector: error before anything is created
+        selector_obj = parse_selector(selector)  # invalid selector: error before anything is created
         sub, attachment = topics.open_subscription(self.connection, topic, kind, name, selector, no_local)
         consumer = MessageConsumer(self, sub.box, topic, selector, None)
         consumer._subscription, consumer._attachment = sub, attachment
@@ -699,8 +708,8 @@ class MessageProducer:
                 for msg, name, boxes in prepared:
                     for box in boxes:
                         session._tx_log().record("send", box, name)
-                        _create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
-                                     source=source)
+                        create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
+                                    source=source)
                 return
             created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
             with contextlib.ExitStack() as held:
@@ -711,8 +720,8 @@ class MessageProducer:
                         durable = msg.delivery_mode == DeliveryMode.PERSISTENT
                         topic_copy = isinstance(msg.destination, Topic)
                         for box in boxes:
-                            if _create_copy(box, name, msg, topic_copy, durable=durable and not group,
-                                            source=source):
+                            if create_copy(box, name, msg, topic_copy, durable=durable and not group,
+                                           source=source):
                                 created.append((box, name, durable, topic_copy))
                     if group and any(durable for _, _, durable, _ in created):
                         sync_file_system(root)  # every file durable before any rename is
@@ -739,8 +748,8 @@ def temporary_gone(dest: Destination | None) -> InvalidDestinationError:
     return InvalidDestinationError(f"{dest} does not exist: the connection that created it has closed")
 
 
-def _create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
-                 source: BinaryIO | None = None) -> bool:
+def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
+                source: BinaryIO | None = None) -> bool:
     """CREATE one copy (the body from ``source`` if given); a subscription removed while we
     publish is skipped (False)."""
     try:
@@ -879,7 +888,7 @@ class _Scanner:
         return None
 
 
-def _parse_selector(text: str | None) -> "Selector | None":
+def parse_selector(text: str | None) -> "Selector | None":
     return selector_for(text) if text and text.strip() else None
 
 
@@ -1110,7 +1119,7 @@ class QueueBrowser:
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self._selector = _parse_selector(selector)
+        self._selector = parse_selector(selector)
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()

@@ -123,18 +123,22 @@ from .codec import from_wire, now_ms, to_wire
 from .decision import ClaimSettings, Verdict, decide
 from .recovery import reclaim_dead_owners
 from .session import selector_for
-from .store import Dropbox, NotARegularFile, _fsync_dir, sync_many
+from .log_lifecycle import LogMove, LogState
+from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
 from .transaction import (
-    ASSOCIATED,
-    COMMITTING,
     LogEntry,
+    LogStore,
     TransactionLog,
     ensure_layout,
     read_log,
-    roll_back,
+    recover_log,
     roll_forward,
-    transaction_dir,
 )
+
+__all__ = [
+    "SHORT_NAME", "SCHEMA", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
+    "DropboxMQStreamWriter", "DropboxMQStreamReader", "DropboxMQDataSource",
+]
 
 SHORT_NAME = "dropboxmq"
 
@@ -474,7 +478,7 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
                     raise
                 n += 1
     finally:
-        log._close(durable)  # the log names every file of this attempt, durably
+        log.close(durable)  # the log names every file of this attempt, durably
     return _Attempt(log.name, n)
 
 
@@ -482,31 +486,33 @@ def _attempt_logs(root: Path, client_id: str, tag_prefix: str) -> list[Path]:
     """Every attempt log of one job (or micro-batch) still in associated/: their session tags
     start with ``tag_prefix``."""
     prefix = f"{codec.encode_field(client_id)}~{tag_prefix}"
-    d = transaction_dir(root) / ASSOCIATED
-    try:
-        return [d / n for n in sorted(os.listdir(d)) if n.startswith(prefix)]
-    except FileNotFoundError:
-        return []
+    store = LogStore(root)
+    return [store.path(LogState.ASSOCIATED, n) for n in store.names(LogState.ASSOCIATED) if n.startswith(prefix)]
 
 
 def _discard_logs(root: Path, logs: list[Path]) -> None:
+    """Roll back (DISCARD) the sends of attempt logs Spark did not commit, and delete the logs."""
     for path in logs:
-        try:
-            roll_back(root, read_log(path))
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        recover_log(root, LogState.ASSOCIATED, path)
+
+
+def _hand_over(root: Path, logs: list[Path], names: set[str]) -> None:
+    """Drop the attempt logs in ``names``: the job's (or batch's) committed log carries their entries."""
+    store = LogStore(root)
+    for path in logs:
+        if path.name in names:
+            store.move(LogState.ASSOCIATED, LogMove.HAND_OVER, path.name)
 
 
 def _entries_of(root: Path, messages: list[Any]) -> tuple[list[LogEntry], set[str]]:
     entries: list[LogEntry] = []
     names: set[str] = set()
-    d = transaction_dir(root) / ASSOCIATED
+    store = LogStore(root)
     for m in messages:
         if isinstance(m, _Attempt):
             names.add(m.log_name)
             try:
-                entries.extend(read_log(d / m.log_name))
+                entries.extend(read_log(store.path(LogState.ASSOCIATED, m.log_name)))
             except FileNotFoundError:  # an empty partition never opened its log
                 pass
     return entries, names
@@ -541,9 +547,7 @@ class DropboxMQBatchWriter(DataSourceWriter):
             log.commit(durable=self.durable)  # point of no return inside; SEND all; fsync target/s
             # every other attempt (failed, retried, speculative) is rolled back; the committed
             # ones' logs are just dropped (their files were SENT: DISCARD would be a no-op)
-            for path in _attempt_logs(self.root, self.client_id, "job.s"):
-                if path.name in committed:
-                    os.unlink(path)
+            _hand_over(self.root, _attempt_logs(self.root, self.client_id, "job.s"), committed)
             _discard_logs(self.root, _attempt_logs(self.root, self.client_id, "job.s"))
         finally:
             reg.release()
@@ -588,42 +592,36 @@ class DropboxMQStreamWriter(DataSourceStreamWriter):
         tag = f"{self._tag(batch if batch is not None else 'x')}.{self.run}"
         return _write_task(self.root, self.dest, self.client_id, tag, iterator, self.durable, self.ttl)
 
-    def _batch_log(self, where: str, batch_id: int) -> Path:
-        return transaction_dir(self.root) / where / f"{codec.encode_field(self.client_id)}~b{batch_id}~0"
+    def _batch_log(self, batch_id: int) -> str:
+        return f"{codec.encode_field(self.client_id)}~b{batch_id}~0"
 
     def _stale_attempts(self, batch_id: int) -> list[Path]:
         """Attempt logs of micro-batch ``batch_id`` (of any run of this query) still open."""
         return _attempt_logs(self.root, self.client_id, f"b{batch_id}.")
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        committed_dir = transaction_dir(self.root) / "committed"
-        os.makedirs(committed_dir, exist_ok=True)
-        done = self._batch_log("committed", batchId)
-        committing = self._batch_log(COMMITTING, batchId)
-        if committing.exists():  # a crash inside an earlier commit of this batch: finish it
-            roll_forward(self.root, read_log(committing), durable=True)
-            os.rename(committing, done)
-        if not done.exists():
-            started = self._batch_log(ASSOCIATED, batchId)
+        store = LogStore(self.root)
+        os.makedirs(store.base / LogState.COMMITTED.value, exist_ok=True)
+        name = self._batch_log(batchId)
+        if store.path(LogState.COMMITTING, name).exists():  # a crash inside an earlier commit of this batch
+            roll_forward(self.root, read_log(store.path(LogState.COMMITTING, name)), durable=True)
+            store.move(LogState.COMMITTING, LogMove.KEEP, name, durable=False)
+        if not store.path(LogState.COMMITTED, name).exists():
+            started = store.path(LogState.ASSOCIATED, name)
             if started.exists():  # an earlier commit died before its point of no return
                 _discard_logs(self.root, [started])
             entries, _ = _entries_of(self.root, messages)
             log = TransactionLog(self.root, self.client_id, f"b{batchId}", 0)
+            log.open()  # even empty: the proof that this batch id is committed
             for e in entries:
                 log.record(e.kind, Dropbox(self.root / e.box), e.name)
-            log._close(True)
-            if not entries:
-                Path(log._path(ASSOCIATED)).touch()
-            os.rename(log._path(ASSOCIATED), committing)
-            _fsync_dir(str(committing.parent))
+            log.close(True)
+            store.move(LogState.ASSOCIATED, LogMove.COMMIT, name)
             # ---- point of no return ----
             roll_forward(self.root, entries, durable=self.durable)
-            os.rename(committing, done)
-            _fsync_dir(str(committed_dir))
-            kept = {m.log_name for m in messages if isinstance(m, _Attempt)}
-            for p in self._stale_attempts(batchId):
-                if p.name in kept:
-                    os.unlink(p)
+            store.move(LogState.COMMITTING, LogMove.KEEP, name)  # kept in committed/: the proof
+            _hand_over(self.root, self._stale_attempts(batchId),
+                       {m.log_name for m in messages if isinstance(m, _Attempt)})
         # a replay of a committed batch, failed attempts: their files are never sent
         _discard_logs(self.root, self._stale_attempts(batchId))
         self._prune(batchId)
@@ -635,16 +633,16 @@ class DropboxMQStreamWriter(DataSourceStreamWriter):
         """Keep the proofs of the last ``keep`` batches (Spark retains far fewer)."""
         if batch_id % 100:
             return
-        d = transaction_dir(self.root) / "committed"
+        store = LogStore(self.root)
         prefix = f"{codec.encode_field(self.client_id)}~b"
-        for n in os.listdir(d):
+        for n in store.names(LogState.COMMITTED):
             if n.startswith(prefix):
                 try:
                     b = int(n[len(prefix):].split("~")[0])
                 except ValueError:
                     continue
                 if b < batch_id - keep:
-                    os.unlink(d / n)
+                    store.move(LogState.COMMITTED, LogMove.PRUNE, n)
 
 
 # ---------------------------------------------------------------- streaming read
@@ -731,13 +729,10 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
 
     def _write_manifest(self, seq: int, names: list[str]) -> None:
-        tmp = self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"box": os.path.relpath(self.box.path, self.root), "names": names}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, self._manifest_path(seq))
-        _fsync_dir(str(self.dir))
+        manifest = {"box": os.path.relpath(self.box.path, self.root), "names": names}
+        replace_durably(self._manifest_path(seq), json.dumps(manifest).encode("utf-8"),
+                        self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp")
+        fsync_dir(str(self.dir))
         self._planned.add(seq)
 
     # --- Spark's calls

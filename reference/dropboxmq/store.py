@@ -29,6 +29,13 @@ from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
+__all__ = [
+    "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
+    "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
+    "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
+    "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
+]
+
 MAX_NAME_BYTES = 255
 _T = TypeVar("_T")
 
@@ -40,11 +47,11 @@ _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None)
-if _renameat2 is not None:
-    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    _renameat2.restype = ctypes.c_int
-_noreplace_supported = _renameat2 is not None
+renameat2 = getattr(_libc, "renameat2", None)
+if renameat2 is not None:
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+noreplace_supported = renameat2 is not None
 
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -59,18 +66,18 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     two leaves both names on one inode, which recovery resolves (same inode in
     working/ and target/ = sent).
     """
-    global _noreplace_supported
-    if _noreplace_supported and _renameat2 is not None:
+    global noreplace_supported
+    if noreplace_supported and renameat2 is not None:
         if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
             src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
         else:
             src_b, dst_b = os.fsencode(src), os.fsencode(dst)
-        if _renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
+        if renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(err, os.strerror(err), src, None, dst)
-        _noreplace_supported = False
+        noreplace_supported = False
     if src_dir_fd == _AT_FDCWD and dst_dir_fd == _AT_FDCWD:
         os.link(src, dst, follow_symlinks=False)
         os.unlink(src)
@@ -126,7 +133,8 @@ class Entry:
     name: str
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make the renames into (and unlinks from) directory ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -263,7 +271,7 @@ class Dropbox:
     def sync(self, *states: State) -> None:
         """fsync the given state directories (group commit of renames)."""
         for state in states:  # (by path, not a held fd: one open more, next to an fsync)
-            _fsync_dir(self._dirs[state])
+            fsync_dir(self._dirs[state])
 
     @contextlib.contextmanager
     def working_lock(self, exclusive: bool = False) -> Iterator[bool]:
@@ -373,7 +381,7 @@ class Dropbox:
             self._check_plain(destination)
         dst_name = new_name or name
         fds = None  # without renameat2 the link()+unlink() fallback goes by path (as the fault harness counts it)
-        if _noreplace_supported:
+        if noreplace_supported:
             fds = self._fds if self._fds is not None else self._held()
         try:
             if fds is None:
@@ -479,6 +487,18 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     while view:  # short writes happen (signals, nearly full disks)
         written = os.write(fd, view)
         view = view[written:]
+
+
+def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
+    """Write ``data`` to ``tmp`` (created anew), fsync it and rename it over ``path``: a reader
+    sees the whole file or none of it, never half (fsync ``path``'s directory to keep the name)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
 
 
 def _copy_file(src: int, dst: int) -> None:
@@ -657,4 +677,4 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
         sync_file_system(dirs[0])
         return
     for d in dirs:
-        _fsync_dir(d)
+        fsync_dir(d)

@@ -47,6 +47,13 @@ from .store import Dropbox, NotARegularFile, ensure_dir, is_real_dir, open_regul
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Connection
 
+__all__ = [
+    "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
+    "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
+    "ancestors", "find_by_name", "open_subscription", "close_consumer", "unsubscribe",
+    "fan_out_targets", "reclaim_orphans", "TEMP_PREFIX", "temporary_name", "temporary_owner",
+]
+
 log = logging.getLogger(__name__)
 
 DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE = "durable", "nondurable", "shared", "shared-nondurable"

@@ -29,6 +29,12 @@ from pathlib import Path
 from .codec import decode_name, name_delivery_count, split_processing_name
 from .lifecycle import STATE_DIRS, Actor, IllegalMove, Move, State, move_between, state_of_directory
 
+__all__ = [
+    "FILE_OPS", "KILL", "OPS", "PRODUCER_ROLES", "LOG_DIRS", "TraceError", "Loc", "locate",
+    "locate_log", "leaf", "owner_of", "original_name", "message_id", "count_of", "move_of", "mover",
+    "by_recovery", "Death", "death_of", "check_record", "load_trace",
+]
+
 #: the ops a trace line may carry: file events, and a process death
 FILE_OPS = ("create", "close_write", "rename", "delete")
 KILL = "kill"

@@ -14,6 +14,10 @@ a dead session's working/ files can be attributed and rolled back at once).
 
 Applying a move twice is harmless: a move whose source is gone returns False
 (store.Dropbox.move), so roll-forward and roll-back are idempotent.
+
+Where a log may go is the table of ``log_lifecycle.py``; ``LogStore`` here is the
+only code that creates, renames or deletes a log, for these session logs, the
+two-phase branches of ``xa.py`` and the Spark jobs and sinks of ``spark.py``.
 """
 
 from __future__ import annotations
@@ -23,18 +27,24 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, Protocol
 
 from . import codec
 from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
-from .store import (Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, open_regular,
-                    read_regular_file, sync_file_system, sync_many)
+from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
+from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
+                    read_regular_file, rename_noreplace, replace_durably, sync_file_system, sync_many)
+
+__all__ = [
+    "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
+    "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
+    "read_log", "pending_logs", "logged_sends", "recover_log", "finish_dead_commits", "recover_owner",
+]
 
 log = logging.getLogger(__name__)
 
-ASSOCIATED, COMMITTING, ROLLING_BACK = "associated", "committing", "rolling-back"
-LOG_DIRS = (ASSOCIATED, COMMITTING, ROLLING_BACK, "committed", "rolled-back")
+_L, _LM = LogState, LogMove
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,19 @@ class LogEntry:
         if entry.kind not in ("send", "receive") or not is_inside(entry.box) or not is_file_name(entry.name):
             raise CorruptLogError(f"log entry {line[:120]!r} is not a send or receive inside the root")
         return entry
+
+    # --- as apply_moves sees it: the file is where the log says, commit keeps its name
+    @property
+    def at(self) -> str:
+        return self.name
+
+    @property
+    def after_commit(self) -> str:
+        return self.name
+
+    @property
+    def after_rollback(self) -> str:
+        return codec.split_processing_name(self.name)[1] if self.kind == "receive" else self.name
 
 
 class CorruptLogError(StoreError, ValueError):
@@ -89,18 +112,99 @@ def log_owner(log_name: str) -> str:
     return codec.decode_field(log_name.split("~", 1)[0])
 
 
+# ---------------------------------------------------------------- the I/O shell of the log table
+
+
+class LogStore:
+    """The only code that creates, renames or deletes a transaction log: it executes the
+    table of ``log_lifecycle.py`` (which decides the destination, the fsync and whether a
+    rename may replace) for the session logs, the two-phase branches and Spark alike."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+        self.base = transaction_dir(self.root)
+
+    def path(self, state: LogState, name: str) -> Path:
+        return self.base / state.value / name
+
+    def open(self, name: str) -> int:
+        """OPEN: a descriptor appending to the log ``name`` in associated/."""
+        path = self.path(next_log_state(_L.ABSENT, _LM.OPEN), name)
+        return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    def close(self, fd: int, sync: bool) -> None:
+        """CLOSE: the log is complete (fsynced with ``sync``; a commit's syncfs may do it instead)."""
+        try:
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def stage(self, name: str, data: bytes) -> None:
+        """STAGE: the log ``name`` written whole and fsynced, then renamed into unassociated/,
+        so that no reader ever sees half of it."""
+        staged = self.path(next_log_state(_L.ABSENT, _LM.STAGE), name)
+        replace_durably(staged, data, staged.with_name(f".{name}.{os.getpid()}.tmp"))
+
+    def rename(self, state: LogState, move: LogMove, name: str) -> LogState:
+        """The rename (or, into ABSENT, the unlink: FileNotFoundError if already gone) of ``move``."""
+        after = next_log_state(state, move)
+        src = self.path(state, name)
+        if after is _L.ABSENT:
+            os.unlink(src)
+        elif after is not state:
+            dst = self.path(after, name)
+            if (state, move) in NO_REPLACE:
+                rename_noreplace(str(src), str(dst))
+            else:
+                os.rename(src, dst)
+        return after
+
+    def sync(self, state: LogState, move: LogMove) -> None:
+        """Make ``move`` out of ``state`` durable, if the table says it is a decision."""
+        if (state, move) in SYNCED:
+            fsync_dir(str(self.base / next_log_state(state, move).value))
+
+    def move(self, state: LogState, move: LogMove, name: str, durable: bool = True,
+             missing_ok: bool = False) -> LogState:
+        """rename, then sync when ``durable``; ``missing_ok``: a log already gone is no error."""
+        try:
+            after = self.rename(state, move, name)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return next_log_state(state, move)
+        if durable:
+            self.sync(state, move)
+        return after
+
+    def names(self, state: LogState) -> list[str]:
+        """The logs in ``state``'s directory, sorted ([] when it is missing, not a directory,
+        or a symlink: a symlinked log directory holds no log of ours -- never follow it)."""
+        d = self.base / state.value
+        if not is_plain_path(self.root, d):
+            return []
+        try:
+            return sorted(os.listdir(d))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+
 class TransactionLog:
     """The log of one open transaction of one session."""
 
     def __init__(self, root: Path, client_id: str, session_tag: str, seq: int):
         self.root = Path(root)
+        self.store = LogStore(self.root)
         self.name = f"{codec.encode_field(client_id)}~{session_tag}~{seq}"
         self.entries: list[LogEntry] = []
         self._fd: int | None = None
         self._rel: dict[str, str] = {}  # dropbox path -> its path relative to the root
 
-    def _path(self, where: str) -> str:
-        return str(transaction_dir(self.root) / where / self.name)
+    def open(self) -> None:
+        """Create the log file now (a log with no entry yet: a Spark batch's empty proof)."""
+        if self._fd is None:
+            self._fd = self.store.open(self.name)
 
     def record(self, kind: str, box: Dropbox, name: str) -> None:
         key = str(box.path)
@@ -108,32 +212,30 @@ class TransactionLog:
         if rel is None:
             rel = self._rel[key] = os.path.relpath(key, self.root)
         entry = LogEntry(kind, rel, name)
-        if self._fd is None:
-            self._fd = open_regular(self._path(ASSOCIATED), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self.open()
+        assert self._fd is not None
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
 
-    def _close(self, sync: bool) -> None:
+    def close(self, sync: bool) -> None:
         if self._fd is not None:
-            if sync:
-                os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            self.store.close(fd, sync)
 
     def commit(self, durable: bool) -> None:
         if not self.entries:
-            self._close(False)
+            self.close(False)
             return
-        self._close(False)
+        self.close(False)
         if durable:  # group commit: the log and every working/ file it names, in one syncfs
             sync_file_system(self.root)
-        os.rename(self._path(ASSOCIATED), self._path(COMMITTING))
+        self.store.rename(_L.ASSOCIATED, _LM.COMMIT, self.name)
         # ---- point of no return: from here on recovery rolls forward ----
         try:
             if durable:
-                _fsync_dir(str(transaction_dir(self.root) / COMMITTING))
+                self.store.sync(_L.ASSOCIATED, _LM.COMMIT)
             roll_forward(self.root, self.entries, durable)
-            os.unlink(self._path(COMMITTING))
+            self.store.move(_L.COMMITTING, _LM.FINISH, self.name)
         except (OSError, StoreError) as exc:
             raise TransactionInDoubtError(
                 f"in doubt: transaction {self.name} is committed but not fully applied ({exc}); "
@@ -141,12 +243,17 @@ class TransactionLog:
 
     def rollback(self) -> None:
         if not self.entries:
-            self._close(False)
+            self.close(False)
             return
-        self._close(False)
-        os.rename(self._path(ASSOCIATED), self._path(ROLLING_BACK))
+        self.close(False)
+        self.store.move(_L.ASSOCIATED, _LM.ROLL_BACK, self.name)
         roll_back(self.root, self.entries)
-        os.unlink(self._path(ROLLING_BACK))
+        self.store.move(_L.ROLLING_BACK, _LM.FINISH, self.name)
+
+    def hand_over(self) -> None:
+        """Drop the log: another log (a prepared branch, a Spark job's) now carries its entries."""
+        self.close(False)
+        self.store.move(_L.ASSOCIATED, _LM.HAND_OVER, self.name, missing_ok=True)
 
 
 def box_in_root(root: Path, rel: str) -> Dropbox:
@@ -158,37 +265,58 @@ def box_in_root(root: Path, rel: str) -> Dropbox:
     return Dropbox(path)
 
 
-def _box(root: Path, rel: str, boxes: dict[str, Dropbox]) -> Dropbox:
-    box = boxes.get(rel)
-    if box is None:  # one Dropbox per directory, not one per entry
-        box = boxes[rel] = box_in_root(root, rel)
-    return box
+class Applicable(Protocol):
+    """An entry of a log as apply_moves sees it (LogEntry, xa.XAEntry)."""
+
+    @property
+    def kind(self) -> str: ...  # "send" | "receive"
+
+    @property
+    def box(self) -> str: ...  # the dropbox, relative to the root
+
+    @property
+    def at(self) -> str: ...  # the file's name now (in working/ or processing/)
+
+    @property
+    def after_commit(self) -> str: ...  # its name in target/ (send) or processed/ (receive)
+
+    @property
+    def after_rollback(self) -> str: ...  # its name back in target/ (receive)
 
 
-def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
+def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool) -> list[tuple[Dropbox, State]]:
+    """Apply every entry's move -- commit: SEND / ACK; rollback: DISCARD / REDELIVER -- and return
+    the (dropbox, state directory) each one touched.  A move whose file is gone is skipped
+    (store.Dropbox.move returns False), so applying a log twice is harmless."""
     touched = []
     boxes: dict[str, Dropbox] = {}
     for e in entries:
-        box = _box(root, e.box, boxes)
-        if e.kind == "send":
-            box.move(Move.SEND, State.NOT_COMMITTED, e.name)
+        box = boxes.get(e.box)
+        if box is None:  # one Dropbox per directory, not one per entry
+            box = boxes[e.box] = box_in_root(root, e.box)
+        if e.kind == "send" and commit:
+            box.move(Move.SEND, State.NOT_COMMITTED, e.at, e.after_commit)
             touched.append((box, State.NEW))
-        else:
-            box.move(Move.ACK, State.DELIVERED, e.name)
+        elif e.kind == "send":
+            box.move(Move.DISCARD, State.NOT_COMMITTED, e.at)
+            touched.append((box, State.NOT_COMMITTED))
+        elif commit:
+            box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)
             touched.append((box, State.ACKNOWLEDGED))
+        else:
+            box.move(Move.REDELIVER, State.DELIVERED, e.at, e.after_rollback)
+            touched.append((box, State.NEW))
+    return touched
+
+
+def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
+    touched = apply_moves(root, entries, commit=True)
     if durable:
         sync_many(touched)
 
 
 def roll_back(root: Path, entries: list[LogEntry]) -> None:
-    boxes: dict[str, Dropbox] = {}
-    for e in reversed(entries):
-        box = _box(root, e.box, boxes)
-        if e.kind == "send":
-            box.move(Move.DISCARD, State.NOT_COMMITTED, e.name)
-        else:
-            _, original = codec.split_processing_name(e.name)
-            box.move(Move.REDELIVER, State.DELIVERED, e.name, original)
+    apply_moves(root, reversed(entries), commit=False)
 
 
 def read_log(path: Path) -> list[LogEntry]:
@@ -208,37 +336,26 @@ def read_log(path: Path) -> list[LogEntry]:
     return entries
 
 
-def pending_logs(root: Path, dirs: tuple[str, ...] = (COMMITTING, ASSOCIATED, ROLLING_BACK)
-                 ) -> Iterator[tuple[str, Path]]:
-    """(directory, path) of every log still on disk (in ``dirs``)."""
-    for where in dirs:
-        d = transaction_dir(root) / where
-        if not is_plain_path(root, d):
-            continue  # a symlinked log directory holds no log of ours: never follow it
-        try:
-            names = sorted(os.listdir(d))
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # a file where the directory belongs holds no log of ours
-        for name in names:
-            yield where, d / name
+def pending_logs(root: Path, states: tuple[LogState, ...] = (_L.COMMITTING, _L.ASSOCIATED, _L.ROLLING_BACK)
+                 ) -> Iterator[tuple[LogState, Path]]:
+    """(state, path) of every log still on disk (in ``states``)."""
+    store = LogStore(root)
+    for state in states:
+        for name in store.names(state):
+            yield state, store.path(state, name)
 
 
 def logged_sends(root: Path) -> set[str]:
     """The working/ name of every send that a log still on disk names.  Directories are read in
     the order a log travels (associated/ first), and a log gone from where it was listed is
     read where it went, so a transaction committing or rolling back meanwhile is not missed."""
+    store = LogStore(root)
     names: set[str] = set()
-    for where in (ASSOCIATED, COMMITTING, ROLLING_BACK):
-        if not is_plain_path(root, transaction_dir(root) / where):
-            continue  # a symlinked log directory holds no log of ours
-        try:
-            listed = sorted(os.listdir(transaction_dir(root) / where))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for log_name in listed:
-            for place in (where, COMMITTING, ROLLING_BACK):
+    for where in (_L.ASSOCIATED, _L.COMMITTING, _L.ROLLING_BACK):
+        for log_name in store.names(where):
+            for place in (where, _L.COMMITTING, _L.ROLLING_BACK):
                 try:
-                    entries = read_log(transaction_dir(root) / place / log_name)
+                    entries = read_log(store.path(place, log_name))
                 except FileNotFoundError:
                     continue
                 except (NotARegularFile, CorruptLogError):
@@ -248,23 +365,20 @@ def logged_sends(root: Path) -> set[str]:
     return names
 
 
-def recover_log(root: Path, where: str, path: Path) -> str:
+def recover_log(root: Path, where: LogState, path: Path) -> str:
     """Finish a dead owner's transaction: forward if it reached committing/, else back.
     Idempotent, so two recoverers racing on one log do no harm."""
     try:
         entries = read_log(path)
     except FileNotFoundError:
         return "already recovered"
-    if where == COMMITTING:
+    if where is _L.COMMITTING:
         roll_forward(root, entries, durable=True)
         outcome = "rolled forward"
     else:
         roll_back(root, entries)
         outcome = "rolled back"
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    LogStore(root).move(where, _LM.RECOVER, path.name, missing_ok=True)
     return outcome
 
 
@@ -275,13 +389,13 @@ def finish_dead_commits(root: Path) -> int:
     from .clients import is_dead
 
     n = 0
-    for where, path in list(pending_logs(root, (COMMITTING,))):
+    for where, path in list(pending_logs(root, (_L.COMMITTING,))):
         if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
             n += 1
     return n
 
 
-def _recover_ours(root: Path, where: str, path: Path) -> bool:
+def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
     """recover_log, leaving alone (with a warning) what is no log of ours."""
     try:
         recover_log(root, where, path)

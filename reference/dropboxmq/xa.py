@@ -66,6 +66,7 @@ committing (and vice versa) is refused: a branch is never half-applied.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -78,17 +79,18 @@ from typing import Any, Iterator
 from . import codec
 from .clients import is_dead, registration_path
 from .errors import DropboxMQError, IllegalStateError
-from .lifecycle import Move, State
+from .lifecycle import State
+from .log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
 from .session import AckMode, Session
-from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, _fsync_dir, ensure_plain_dir, is_plain_path, read_regular_file, rename_noreplace
-from .transaction import ASSOCIATED, CorruptLogError, box_in_root, is_file_name, is_inside, transaction_dir
+from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
+from .transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
 
+__all__ = [
+    "LOG_PREFIX", "DEFAULT_FORMAT_ID", "XAError", "UnknownXidError", "Xid", "XAEntry", "BranchLog",
+    "ensure_xa_layout", "prepare_branch", "find_branch", "finish_branch", "recover", "list_branches",
+    "XASession", "create_xa_session",
+]
 
-UNASSOCIATED = "unassociated"
-PREPARED = "prepared"
-XA_COMMITTING = "xa-committing"
-XA_ROLLING_BACK = "xa-rolling-back"
-XA_DIRS = (UNASSOCIATED, PREPARED, XA_COMMITTING, XA_ROLLING_BACK)
 LOG_PREFIX = "xa-"
 
 #: Format id of the xids this module creates by default ("DMQ").
@@ -211,6 +213,19 @@ class XAEntry:
     def state(self) -> State:
         return State.NOT_COMMITTED if self.kind == "send" else State.DELIVERED
 
+    # --- as transaction.apply_moves sees it: the file is parked until the decision
+    @property
+    def at(self) -> str:
+        return self.parked
+
+    @property
+    def after_commit(self) -> str:
+        return self.final if self.kind == "send" else self.name
+
+    @property
+    def after_rollback(self) -> str:
+        return self.final
+
 
 @dataclass
 class BranchLog:
@@ -259,24 +274,10 @@ class BranchLog:
             raise CorruptLogError(f"{path}: not an xa log head: {exc}") from None
 
 
-def xa_dir(root: Path, where: str) -> Path:
-    return transaction_dir(root) / where
-
-
 def ensure_xa_layout(root: Path) -> None:
-    for d in XA_DIRS:
-        ensure_plain_dir(root, xa_dir(root, d))
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    store = LogStore(root)
+    for state in sorted(XA_LOG_STATES, key=lambda s: s.value):
+        ensure_plain_dir(root, store.base / state.value)
 
 
 def _fsync_file(path: str) -> None:
@@ -311,12 +312,8 @@ def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, s
             _, final = codec.split_processing_name(pname)
         entries.append(XAEntry(kind, box, pname, _parked_name(h, final, i), final))
     log = BranchLog(xid, owner, entries, time.time(), os.getpid(), socket.gethostname())
-    staging = xa_dir(root, UNASSOCIATED) / name
-    # complete before it is visible: a recoverer never sees a half-written log
-    tmp = staging.with_name(f".{name}.{os.getpid()}.tmp")
-    _unlink(tmp)
-    _write_durably(tmp, log.dump())
-    os.rename(tmp, staging)
+    store = LogStore(root)
+    store.stage(name, log.dump())  # complete before it is visible: a recoverer never sees half of it
     # park every file: invisible to every listing-based sweep from here on
     dirs: set[str] = set()
     for e in entries:
@@ -326,30 +323,29 @@ def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, s
             box.park(e.state, e.name, e.parked)
         except FileNotFoundError:
             if not os.path.lexists(dst):
-                _undo_staging(root, log, staging)
+                _undo_staging(root, log)
                 raise XAError(f"{src} vanished before prepare: the branch is rolled back") from None
         _fsync_file(dst)
         dirs.add(box.dir(e.state))
     for d in sorted(dirs):
-        _fsync_dir(d)
+        fsync_dir(d)
     try:
-        rename_noreplace(str(staging), str(xa_dir(root, PREPARED) / name))
+        store.move(LogState.UNASSOCIATED, LogMove.PREPARE, name)
     except FileExistsError:
-        _undo_staging(root, log, staging)
+        _undo_staging(root, log)
         raise XAError(f"xid {xid} is already prepared (XAER_DUPID)") from None
-    _fsync_dir(str(xa_dir(root, PREPARED)))
     # ---- PREPARED: only a decision (tpc_commit / tpc_rollback) ends it ----
 
 
-def _undo_staging(root: Path, log: BranchLog, staging: Path) -> None:
-    """Un-park what was parked (back to the original names) and drop the staging log."""
+def _undo_staging(root: Path, log: BranchLog) -> None:
+    """Un-park what was parked (back to the original names) and drop the staged log."""
     for e in log.entries:
         box = Dropbox(root / e.box)
         try:
             box.park(e.state, e.parked, e.name)
         except (FileNotFoundError, FileExistsError):
             pass
-    _unlink(staging)
+    LogStore(root).move(LogState.UNASSOCIATED, LogMove.UNSTAGE, log.xid.log_name, missing_ok=True)
 
 
 def _unlink(path: Path) -> None:
@@ -359,36 +355,21 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def find_branch(root: Path, xid: Xid) -> tuple[str, Path] | None:
-    """(directory, path) of the branch's log in prepared/ or a phase-two directory."""
-    for where in (PREPARED, XA_COMMITTING, XA_ROLLING_BACK):
-        p = xa_dir(root, where) / xid.log_name
+def find_branch(root: Path, xid: Xid) -> tuple[LogState, Path] | None:
+    """(state, path) of the branch's log in prepared/ or a phase-two directory."""
+    store = LogStore(root)
+    for where in (LogState.PREPARED, LogState.XA_COMMITTING, LogState.XA_ROLLING_BACK):
+        p = store.path(where, xid.log_name)
         if p.exists():
             return where, p
     return None
 
 
 def _apply(root: Path, log: BranchLog, commit: bool) -> None:
-    touched: set[str] = set()
-    for e in log.entries:
-        box = box_in_root(root, e.box)
-        if e.kind == "send":
-            if commit:
-                box.move(Move.SEND, State.NOT_COMMITTED, e.parked, e.final)
-                touched.add(box.dir(State.NEW))
-            else:
-                box.move(Move.DISCARD, State.NOT_COMMITTED, e.parked)
-                touched.add(box.dir(State.NOT_COMMITTED))
-        else:
-            if commit:
-                box.move(Move.ACK, State.DELIVERED, e.parked, e.name)
-                touched.add(box.dir(State.ACKNOWLEDGED))
-            else:
-                box.move(Move.REDELIVER, State.DELIVERED, e.parked, e.final)
-                touched.add(box.dir(State.NEW))
-    for d in sorted(touched):
+    touched = apply_moves(root, log.entries, commit)
+    for d in sorted({box.dir(state) for box, state in touched}):
         try:
-            _fsync_dir(d)
+            fsync_dir(d)
         except FileNotFoundError:
             pass
 
@@ -401,26 +382,27 @@ def finish_branch(root: Path, xid: Xid, commit: bool) -> str:
     the other way."""
     root = Path(root)
     ensure_xa_layout(root)
+    store = LogStore(root)
     name = xid.log_name
-    mine, other = (XA_COMMITTING, XA_ROLLING_BACK) if commit else (XA_ROLLING_BACK, XA_COMMITTING)
-    path = xa_dir(root, mine) / name
+    decision, refused = (LogMove.COMMIT, LogMove.ROLL_BACK) if commit else (LogMove.ROLL_BACK, LogMove.COMMIT)
+    mine, other = next_log_state(LogState.PREPARED, decision), next_log_state(LogState.PREPARED, refused)
+    path = store.path(mine, name)
     try:
-        rename_noreplace(str(xa_dir(root, PREPARED) / name), str(path))
-        _fsync_dir(str(xa_dir(root, mine)))  # the branch's decision: durable before any move
+        store.move(LogState.PREPARED, decision, name)  # the branch's decision: durable before any move
     except FileNotFoundError:
-        if (xa_dir(root, other) / name).exists():
+        if store.path(other, name).exists():
             raise XAError(f"branch {xid} is already being {'rolled back' if commit else 'committed'}; "
                           "it can only be finished that way") from None
         if not path.exists():
             raise UnknownXidError(f"no prepared branch {xid} (XAER_NOTA)") from None
-    except FileExistsError:  # a finisher crashed after renaming back? cannot happen; be safe
-        _unlink(xa_dir(root, PREPARED) / name)
+    except FileExistsError:  # a link()+unlink() rename cut in half: the prepared name is a leftover
+        _unlink(store.path(LogState.PREPARED, name))
     try:
         log = BranchLog.load(path)
     except FileNotFoundError:
         return "committed" if commit else "rolled back"  # another process finished it just now
     _apply(root, log, commit)
-    _unlink(path)
+    store.move(mine, LogMove.FINISH, name, missing_ok=True)
     return "committed" if commit else "rolled back"
 
 
@@ -446,14 +428,9 @@ def _roll_back_unassociated(root: Path, path: Path) -> bool:
         return False  # corrupt (logs are renamed in complete): left for an operator
     if not _abandoned(root, log):
         return False
-    for e in log.entries:
-        box = box_in_root(root, e.box)
-        for n in (e.parked, e.name):
-            if e.kind == "send":
-                box.move(Move.DISCARD, State.NOT_COMMITTED, n)
-            else:
-                box.move(Move.REDELIVER, State.DELIVERED, n, e.final)
-    _unlink(path)
+    apply_moves(root, log.entries, commit=False)  # the parked files
+    apply_moves(root, [dataclasses.replace(e, parked=e.name) for e in log.entries], commit=False)  # not yet
+    LogStore(root).move(LogState.UNASSOCIATED, LogMove.RECOVER, path.name, missing_ok=True)
     return True
 
 
@@ -463,10 +440,10 @@ def recover(root: Path) -> list[Xid]:
     the prepared, undecided branches -- those wait for their coordinator."""
     root = Path(root)
     ensure_xa_layout(root)
-    for path in _logs(root, UNASSOCIATED):
+    for path in _logs(root, LogState.UNASSOCIATED):
         _roll_back_unassociated(root, path)
     _sweep_staging_leftovers(root)
-    for where, commit in ((XA_COMMITTING, True), (XA_ROLLING_BACK, False)):
+    for where, commit in ((LogState.XA_COMMITTING, True), (LogState.XA_ROLLING_BACK, False)):
         for path in _logs(root, where):
             try:
                 finish_branch(root, Xid.from_log_name(path.name), commit)
@@ -478,7 +455,7 @@ def recover(root: Path) -> list[Xid]:
 def _sweep_staging_leftovers(root: Path, age: float = 3600.0) -> None:
     """A prepare killed while writing its log leaves ``unassociated/.xa-....tmp``
     (no file was parked yet): harmless, removed once it is an hour old."""
-    d = xa_dir(root, UNASSOCIATED)
+    d = LogStore(root).base / LogState.UNASSOCIATED.value
     cutoff = time.time() - age
     for n in os.listdir(d):
         if n.startswith("." + LOG_PREFIX) and n.endswith(".tmp"):
@@ -489,17 +466,12 @@ def _sweep_staging_leftovers(root: Path, age: float = 3600.0) -> None:
                 pass
 
 
-def _logs(root: Path, where: str) -> list[Path]:
-    d = xa_dir(root, where)
-    if not is_plain_path(root, d):
-        return []  # a symlinked log directory holds no log of ours
-    try:
-        return [d / n for n in sorted(os.listdir(d)) if n.startswith(LOG_PREFIX)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def _logs(root: Path, where: LogState) -> list[Path]:
+    store = LogStore(root)
+    return [store.path(where, n) for n in store.names(where) if n.startswith(LOG_PREFIX)]
 
 
-def list_branches(root: Path, where: str = PREPARED) -> list[BranchLog]:
+def list_branches(root: Path, where: LogState = LogState.PREPARED) -> list[BranchLog]:
     out = []
     for path in _logs(Path(root), where):
         try:
@@ -558,8 +530,7 @@ class XASession(Session):
                 self._invalidate()
                 raise
             if tx is not None:
-                tx._close(False)
-                _unlink(Path(tx._path(ASSOCIATED)))
+                tx.hand_over()  # the prepared log carries its entries now
             self._xa_state = "prepared"
 
     def tpc_commit(self, xid: Any = None) -> None:
@@ -601,7 +572,7 @@ class XASession(Session):
                     if commit:
                         Session.commit(self)
                     else:
-                        Session._rollback(self)
+                        self._rollback()
                 finally:
                     self._xid, self._xa_state = None, "idle"
                 return

@@ -21,9 +21,9 @@ How faults reach the library (what works in this sandbox, measured):
 * libfiu does **not** wrap ``renameat2`` (called through ctypes by
   ``store.rename_noreplace``) nor ``linkat`` (CPython's ``os.link`` with
   ``follow_symlinks=False``).  Faults on those are raised at the Python/ctypes
-  boundary: ``store._renameat2`` is replaced by a wrapper that sets errno and
+  boundary: ``store.renameat2`` is replaced by a wrapper that sets errno and
   returns -1, ``os.link`` by a wrapper that raises.  With
-  ``rename_path="link"`` the child sets ``store._noreplace_supported = False``
+  ``rename_path="link"`` the child sets ``store.noreplace_supported = False``
   so every rename goes through the link()+unlink() fallback (the unlink is a
   libfiu point).
 
@@ -243,10 +243,10 @@ def install(plan: Plan, rename_path: str = "renameat2") -> None:
     faulty = FaultyOs(os, plan)
     store.os = faulty  # type: ignore[attr-defined]
     transaction.os = faulty  # type: ignore[attr-defined]
-    if rename_path == "link" or store._renameat2 is None:
-        store._noreplace_supported = False
+    if rename_path == "link" or store.renameat2 is None:
+        store.noreplace_supported = False
         return
-    real = store._renameat2
+    real = store.renameat2
 
     def renameat2(olddirfd, old, newdirfd, new, flags):
         action = plan.decide("renameat2")
@@ -266,4 +266,4 @@ def install(plan: Plan, rename_path: str = "renameat2") -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return rc
 
-    store._renameat2 = renameat2  # type: ignore[attr-defined]
+    store.renameat2 = renameat2  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ def generate(out: str | Path, rows: int, fmt: str = "parquet", files: int = 1, s
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from dropboxmq.audit import _flat_schema
+    from dropboxmq.audit import flat_schema
 
     out = Path(out)
     hist = out / "history"
@@ -52,7 +52,7 @@ def generate(out: str | Path, rows: int, fmt: str = "parquet", files: int = 1, s
                 "foreign": pa.array(np.zeros(n, dtype=bool))}
         if extra:
             cols.update(extra(n))
-        return pa.table(cols).cast(_flat_schema())
+        return pa.table(cols).cast(flat_schema())
 
     parts = [
         part(ids, "invoke", "send", 0.0, "p"),
@@ -68,7 +68,7 @@ def generate(out: str | Path, rows: int, fmt: str = "parquet", files: int = 1, s
         "u", pa.array(u, pa.int64()).cast(pa.string()), ""))
     parts.append(unexpected)
     kill = pa.table({"t": [t0 + m * 5e-5], "p": ["nemesis"], "type": ["info"], "f": ["kill"], "value": [None],
-                     "victim": ["c0"], "persistent": [None], "foreign": [None]}).cast(_flat_schema())
+                     "victim": ["c0"], "persistent": [None], "foreign": [None]}).cast(flat_schema())
     parts.append(kill)
     table = pa.concat_tables(parts)
     # interleave like real processes: shuffle row order (the checker sorts by t)

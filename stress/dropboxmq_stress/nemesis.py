@@ -175,9 +175,14 @@ def power_cycle(mnt: Path, img: Path, pids: list[int] = ()) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    remount(mnt, img)
+    return stuck
+
+
+def remount(mnt: Path, img: Path) -> None:
+    """Unmount ``mnt`` (waiting for dying processes to let go of it) and mount ``img`` there again."""
     _umount(mnt)
     _run("mount", "-o", "loop", str(img), str(mnt))
-    return stuck
 
 
 # ---------------------------------------------------------------- kill

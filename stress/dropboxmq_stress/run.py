@@ -334,8 +334,7 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
         if stuck:
             extra["problems"].append(f"power loss: {len(stuck)} worker(s) did not stop before the shutdown")
         cluster.kill_all(hist, "power loss")
-        nemesis._umount(mnt)
-        nemesis._run("mount", "-o", "loop", str(img), str(mnt))
+        nemesis.remount(mnt, img)
         hist.record("info", "remount", nemesis=True, detail="mounted again after the shutdown")
     else:
         while time.time() < deadline:
