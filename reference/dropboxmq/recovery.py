@@ -37,7 +37,7 @@ from .transaction import log_owner, logged_sends, pending_logs, recover_log, rec
 
 log = logging.getLogger("dropboxmq")
 
-__all__ = ["RecoveryReport", "recover"]
+__all__ = ["RecoveryReport", "recover", "reclaim_dead_owners", "redelivery_name"]
 
 
 @dataclass

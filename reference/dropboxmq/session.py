@@ -60,8 +60,8 @@ __all__ = [
     "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "DELIVERY_COUNT_PROP", "now_ms", "selector_for",
     "Settings", "to_wire", "from_wire", "Connection", "TemporaryQueue", "TemporaryTopic", "Delivery",
     "Session", "MessageProducer", "temporary_gone", "create_copy", "Body", "as_message", "body_of",
-    "parse_selector", "delete_temporary", "MessageListener", "MessageConsumer", "redelivery_name",
-    "reclaim_dead_owners", "QueueBrowser",
+    "parse_selector", "delete_temporary", "MessageListener", "MessageConsumer",
+    "QueueBrowser",
 ]
 
 log = logging.getLogger("dropboxmq")
