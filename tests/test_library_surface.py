@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -166,8 +167,8 @@ def test_failing_listener_is_retried_with_exponential_backoff_then_dead_lettered
         deadline = time.monotonic() + 10
         while counts(tmp_path, "q")["error"] == 0 and time.monotonic() < deadline:
             time.sleep(0.01)  # polling the outcome, not synchronising: the 6th claim dead-letters
-    gaps = [b - a for a, b in zip(rec.times, rec.times[1:])]
-    assert [g >= want - SLACK for g, want in zip(gaps, (0.02, 0.04, 0.05, 0.05))] == [True] * 4, gaps
+    gaps = [b - a for a, b in itertools.pairwise(rec.times)]
+    assert [g >= want - SLACK for g, want in zip(gaps, (0.02, 0.04, 0.05, 0.05), strict=True)] == [True] * 4, gaps
     assert counts(tmp_path, "q")["error"] == 1 and len(rec.times) == 5
 
 
@@ -175,7 +176,7 @@ def test_default_settings_do_not_burn_every_attempt_at_once(tmp_path: Path) -> N
     rec = Recorder(fail=True, stop_after=3)
     with Connection(tmp_path) as conn:
         _listen(conn, rec)
-    gaps = [b - a for a, b in zip(rec.times, rec.times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(rec.times)]
     assert gaps[0] >= 0.1 - SLACK and gaps[1] >= 0.2 - SLACK, gaps
     assert counts(tmp_path, "q")["error"] == 0
 

@@ -96,8 +96,8 @@ class Manifest:
             key = m.group(1)
             if key not in values:
                 raise ManifestError(f"{self.name}: command {role!r} uses {{{key}}}, which is not given for this role")
-            v = values[key]
-            return v if key == "dropboxmq" else shlex.quote(str(v))
+            v = str(values[key])
+            return v if key == "dropboxmq" else shlex.quote(v)
 
         return re.sub(r"\{(" + "|".join(PLACEHOLDERS) + r")\}", sub, template)
 

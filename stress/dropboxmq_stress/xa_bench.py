@@ -36,7 +36,7 @@ from pathlib import Path
 
 from dropboxmq import xa
 from dropboxmq.coordinator import Coordinator
-from dropboxmq.message import Queue
+from dropboxmq.message import Queue, TextMessage
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
 
 from .pg_server import PgServer
@@ -81,7 +81,7 @@ def run_idempotent(root: Path, dsn: str, n: int, table: str) -> list[float]:
         for _ in range(n):
             t0 = time.perf_counter()
             msg = consumer.receive(1)
-            assert msg is not None
+            assert isinstance(msg, TextMessage)
             pg.execute(f"INSERT INTO {table} (msg_id, body) VALUES (%s, %s) ON CONFLICT (msg_id) DO NOTHING",
                        (msg.message_id, msg.text))
             pg.commit()
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                     lat = run_idempotent(root, dsn, args.messages, table)
                 results[variant].extend(lat)
                 with psycopg.connect(dsn, autocommit=True) as c:
-                    got = c.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                    row = c.execute(f"SELECT count(*) FROM {table}").fetchone()
+                    got = row[0] if row else 0
                     c.execute(f"DROP TABLE {table}")
                 assert got == args.messages, (variant, got)
     finally:
