@@ -46,6 +46,8 @@ from typing import Any
 
 import click
 
+from .extras import require
+
 FIGURES = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
            "unexpected-count", "recovered-count", "in-doubt-count")
 FLAT_COLUMNS = ("t", "p", "type", "f", "value", "victim", "persistent", "foreign")
@@ -407,6 +409,10 @@ def audit(ctx: click.Context, engine: str, history: Path | None, master: str, ch
     out: dict[str, Any] = {}
     clean = True
     if history is not None:
+        if engine == "spark":
+            require("dropboxmq audit --engine spark", "spark", "pyspark", "pyarrow")
+        else:
+            require("dropboxmq audit", "stress", "pyarrow")
         kwargs = {"master": master} if engine == "spark" else {}
         fig = figures(history, engine, **kwargs)
         out["figures"] = fig

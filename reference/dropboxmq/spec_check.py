@@ -40,6 +40,7 @@ from typing import Iterable, Sequence
 import click
 
 from .codec import name_delivery_count
+from .extras import require_tlc
 from .lifecycle import PROCESS_ACTIONS, IllegalMove, Move, State, count_ok, move_between, state_of_directory
 
 # TLC exit codes (tlc2.output.EC.ExitStatus)
@@ -62,6 +63,8 @@ def spec_dir() -> Path:
     ``dropboxmq_spec`` (the repository's spec/ folder in an editable install)."""
     env = os.environ.get("DROPBOXMQ_SPEC_DIR")
     if env:
+        if not (Path(env) / "Dropbox.tla").is_file():
+            raise FileNotFoundError(f"DROPBOXMQ_SPEC_DIR={env} holds no Dropbox.tla")
         return Path(env).resolve()
     main = _installed_spec_file("Dropbox.tla")
     if main is None:
@@ -409,6 +412,7 @@ def spec() -> None:
 @click.option("--jobs", default=2, show_default=True, help="TLC runs at a time")
 def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> None:
     """SANY, CI models, mutants, witnesses, coverage; exit 1 on any surprise."""
+    require_tlc("dropboxmq spec check")
     from rich.console import Console
     from rich.table import Table
 
@@ -1072,6 +1076,7 @@ def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str, jo
 
     Exit 0 when every trace is accepted; 1 when one is rejected (the first event no
     Dropbox step matches is shown) or TLC could not decide (timeout, crash)."""
+    require_tlc("dropboxmq spec validate-trace")
     bad = 0
     for v in validate_traces(traces, timeout=timeout, workers=workers, jobs=jobs):
         if v.accepted:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from dropboxmq import xa
 from dropboxmq.coordinator import Coordinator
+from dropboxmq.extras import require_or_exit
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
 
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where the dropbox roots go")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    require_or_exit("python -m dropboxmq_stress.xa_bench", "bench", "psycopg")
     import psycopg
 
     server = None
