@@ -129,3 +129,13 @@ def test_bench_scripts_without_their_extra_say_which_to_install(monkeypatch):
         xa_bench.main(["--messages", "1"])
     assert str(exc.value).startswith("error: ") and HINT.format("bench") in str(exc.value)
     assert "psycopg" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("package, verb", [("dropboxmq_conformance", "list"), ("dropboxmq_stress", "--help")])
+def test_python_dash_m_runs_each_tool_package(package, verb, tmp_path):
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-m", package, verb], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert ("model.tlc" in res.stdout) if verb == "list" else ("Usage: python -m dropboxmq_stress" in res.stdout)
