@@ -123,11 +123,7 @@ class Watcher:
         with self._lock:
             if self._ino is None:
                 return
-            while True:
-                events = self._ino.read(timeout=0)
-                if not events:
-                    break
-                self._handle(events)
+            self._drain()
             self._flush_pending()
             self._final_rescan()
             self._ino.close()
@@ -148,7 +144,7 @@ class Watcher:
                     self._flush_pending()
                 if time.monotonic() - last_scan > self.rescan_interval:
                     last_scan = time.monotonic()
-                    self._periodic_rescan()
+                    self.rescan()
 
     def wait_for(self, predicate: Callable[[list[dict]], bool], timeout: float) -> bool:
         """Block until ``predicate(records)`` holds (checked at every new record) or ``timeout``."""
@@ -221,13 +217,28 @@ class Watcher:
                         self._known_files.add(rel)
                         self._emit({"op": "create", "path": rel, "synthetic": how})
 
-    def _periodic_rescan(self) -> None:
-        for dirpath, dirnames, _ in os.walk(self.root):
-            for d in dirnames:
-                p = os.path.join(dirpath, d)
-                if p not in self._path_wd and not os.path.islink(p):
+    def rescan(self) -> None:
+        """Watch the directories the event stream could not announce (created and filled
+        faster than their parent's watch).  A directory the walk finds unwatched may only be
+        one whose move is still queued: the queue is drained after the walk, so only
+        what no event explains is reported (as ``"synthetic": "scan"``)."""
+        with self._lock:
+            unwatched = [os.path.join(dirpath, d) for dirpath, dirnames, _ in os.walk(self.root)
+                         for d in dirnames if os.path.join(dirpath, d) not in self._path_wd]
+            if not unwatched:
+                return
+            self._drain()
+            for p in unwatched:
+                if p not in self._path_wd and os.path.isdir(p) and not os.path.islink(p):
                     self._emit({"op": "create", "path": self._rel(p), "kind": "dir", "synthetic": "scan"})
                     self._watch_tree(p, synthesize=True)
+
+    def _drain(self) -> None:
+        while self._ino is not None:
+            events = self._ino.read(timeout=0)
+            if not events:
+                return
+            self._handle(events)
 
     def _final_rescan(self) -> None:
         present: set[str] = set()
