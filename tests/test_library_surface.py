@@ -24,10 +24,13 @@ def test_top_level_exports_are_complete_and_listed() -> None:
         assert getattr(dropboxmq, name) is not None
     with pytest.raises(AttributeError):
         dropboxmq.NoSuchThing  # noqa: B018
-    package = Path(dropboxmq.__file__).parent
-    assert (package / "py.typed").is_file()
-    pyproject = (package.parent.parent / "pyproject.toml").read_text()
-    assert '"dropboxmq" = ["py.typed"]' in pyproject
+    import dropboxmq_conformance
+    import dropboxmq_stress
+
+    for pkg in (dropboxmq, dropboxmq_conformance, dropboxmq_stress):  # typed, and shipped as such
+        assert (Path(pkg.__file__).parent / "py.typed").is_file(), pkg.__name__
+    pyproject = (Path(dropboxmq.__file__).parents[2] / "pyproject.toml").read_text()
+    assert '"*" = ["py.typed",' in pyproject
 
 
 def test_text_message_takes_str() -> None:

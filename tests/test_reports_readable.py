@@ -61,7 +61,7 @@ def test_conformance_report_opens_with_an_implementation_by_check_matrix(tmp_pat
     manifests = [load(p) for p in default_manifests()[:2]]
     ids = [c.id for c in C.CHECKS][:3] if hasattr(C, "CHECKS") else list(C.BY_ID)[:3]
     statuses = [[C.PASS, C.FAIL, C.SKIPPED], [C.PASS, C.INCONCLUSIVE]]
-    reports = [ImplReport(m, [C.Result(i, st, f"{st} because") for i, st in zip(ids, sts, strict=True)])
+    reports = [ImplReport(m, [C.Result(i, st, f"{st} because") for i, st in zip(ids, sts, strict=False)])  # the 2nd plays 2 of 3
                for m, sts in zip(manifests, statuses, strict=True)]
     conformance_html(RunSummary(reports, 1.0), tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
