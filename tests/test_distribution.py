@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import spec_check
+from dropboxmq import tlc
 from dropboxmq.cli import main
 from dropboxmq_conformance import manifest as M
 
@@ -78,13 +78,13 @@ def test_a_manifest_naming_an_unknown_extra_is_refused(tmp_path):
 
 def test_the_spec_is_package_data_not_a_parent_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("DROPBOXMQ_SPEC_DIR", raising=False)
-    assert (spec_check.spec_dir() / "Dropbox.tla").is_file()
+    assert (tlc.spec_dir() / "Dropbox.tla").is_file()
     _hide(monkeypatch, "dropboxmq_spec")  # a wheel without its data: no walking up to a checkout's spec/
     with pytest.raises(FileNotFoundError, match="dropboxmq_spec"):
-        spec_check.spec_dir()
+        tlc.spec_dir()
     monkeypatch.setenv("DROPBOXMQ_SPEC_DIR", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="holds no Dropbox.tla"):
-        spec_check.spec_dir()
+        tlc.spec_dir()
 
 
 def test_conformance_run_without_the_spec_is_inconclusive_and_says_what_tlc_needs(monkeypatch, tmp_path):

@@ -12,23 +12,25 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import lifecycle
-from dropboxmq import spec_check as sc
+from dropboxmq import spec_models as sm
+from dropboxmq import spec_traces as st
+from dropboxmq import tlc
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
 
-SPEC = sc.spec_dir()
-ALL = {m.name: m for m in sc.models(deep=False)}
+SPEC = tlc.spec_dir()
+ALL = {m.name: m for m in sm.models(deep=False)}
 MUTANTS = sorted(n for n, m in ALL.items() if m.kind == "mutant" and m.cfg.startswith("mutants/"))
 WITNESSES = sorted(n for n, m in ALL.items() if m.kind == "witness")
 
 
 def test_jar_is_found():
-    assert sc.tla2tools_jar().is_file()
+    assert tlc.tla2tools_jar().is_file()
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in SPEC.glob("*.tla")))
 def test_sany_parses_clean(module):
-    ok, out = sc.sany(SPEC / module)
+    ok, out = tlc.sany(SPEC / module)
     assert ok, out[-3000:]
 
 
@@ -36,7 +38,7 @@ def test_sany_reports_semantic_errors(tmp_path):
     # SANY exits 0 on semantic errors: make sure we catch them anyway
     bad = tmp_path / "Bad.tla"
     bad.write_text("---- MODULE Bad ----\nEXTENDS Naturals\nFoo == UndefinedThing + 1\n====\n")
-    ok, _ = sc.sany(bad)
+    ok, _ = tlc.sany(bad)
     assert not ok
 
 
@@ -57,12 +59,12 @@ def test_action_names_match_lifecycle_table():
     text = (SPEC / "Dropbox.tla").read_text()
     # the spec's own next-state relation, read from the spec: no action the table does not name
     # and no table name the spec does not take as a step
-    assert _next_state_actions(text) == set(sc.ALL_ACTIONS)
+    assert _next_state_actions(text) == set(sm.ALL_ACTIONS)
     assert {m.spec_action for m in lifecycle.Move} <= _next_state_actions(text)
-    for name in sc.ALL_ACTIONS:
+    for name in sm.ALL_ACTIONS:
         assert f"\n{name}(" in text or f"\n{name} ==" in text, name
     readme = (SPEC / "README.md").read_text()
-    for name in sc.ALL_ACTIONS:
+    for name in sm.ALL_ACTIONS:
         assert f"`{name}`" in readme, f"{name} is not listed in spec/README.md"
 
 
@@ -79,7 +81,7 @@ def test_every_mutant_overrides_one_definition():
 
 
 def test_quick_ci_model_passes():
-    o = sc.run_model(ALL["liveness_client_tx"], SPEC, workers="1")
+    o = sm.run_model(ALL["liveness_client_tx"], SPEC, workers="1")
     assert o.ok, o.result.output[-3000:]
     assert o.result.distinct and o.result.distinct > 100
 
@@ -87,7 +89,7 @@ def test_quick_ci_model_passes():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["safety_client_tx", "topics", "topicsliveness"])
 def test_ci_model_passes(name):
-    o = sc.run_model(ALL[name], SPEC, workers="1")
+    o = sm.run_model(ALL[name], SPEC, workers="1")
     assert o.ok, o.result.output[-3000:]
 
 
@@ -95,16 +97,16 @@ def test_ci_model_passes(name):
 @pytest.mark.parametrize("name", MUTANTS)
 def test_mutant_is_rejected(name):
     m = ALL[name]
-    o = sc.run_model(m, SPEC, workers="1")
+    o = sm.run_model(m, SPEC, workers="1")
     assert o.result.exit_code == m.expect_code, o.result.output[-3000:]
-    assert sc.violated_property(o.result) == m.expect_prop
+    assert sm.violated_property(o.result) == m.expect_prop
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", WITNESSES)
 def test_witness_is_violated(name):
     m = ALL[name]
-    o = sc.run_model(m, SPEC, workers="1")
+    o = sm.run_model(m, SPEC, workers="1")
     assert o.ok, (o.actual, o.result.output[-2000:])
 
 
@@ -116,12 +118,12 @@ def test_tlc_output_parsing():
         "<Claim line 10, col 1 to line 12, col 3 of module Dropbox>: 3:9\n"
         "<Ack line 20, col 1 to line 22, col 3 of module Dropbox>: 0:0\n"
     )
-    distinct, generated, violated, cov = sc.parse_tlc_output(out)
+    distinct, generated, violated, cov = tlc.parse_tlc_output(out)
     assert (distinct, generated, violated) == (567, 1234, "OneState")
     assert cov == {"Claim": 9, "Ack": 0}
-    res = sc.TlcResult(13, 1.0, 1, 1, None,
+    res = tlc.TlcResult(13, 1.0, 1, 1, None,
                        "Error: Action property line 145, col 17 to line 145, col 30 of module Channel is violated.")
-    assert sc.violated_property(res) == "Refinement"
+    assert sm.violated_property(res) == "Refinement"
 
 
 def test_render_trace_follows_identity_through_renames():
@@ -135,7 +137,7 @@ def test_render_trace_follows_identity_through_renames():
          "dst": f"Q/incoming/target/{name}.....JMSXDeliveryCountI=1"},
         {"op": "create", "path": "dropboxmq/clients/cli"},
     ]
-    rt, facts = sc.render_trace(events)
+    rt, facts = st.render_trace(events)
     assert [e["op"] for e in rt.events] == ['"create"', '"close"', '"rename"', '"rename"', '"rename"']
     assert {e["m"] for e in rt.events} == {"m1"}
     assert rt.events[3]["c"] == "c1" and rt.events[4]["sc"] == "c1" and rt.events[4]["n"] == "1"
@@ -145,7 +147,7 @@ def test_render_trace_follows_identity_through_renames():
 @pytest.mark.slow
 def test_traces_accepted_and_rejected(tmp_path):
     good, bad = SPEC / "traces" / "accepted.jsonl", SPEC / "traces" / "rejected.jsonl"
-    v_good, v_bad = sc.validate_traces([good, bad])
+    v_good, v_bad = st.validate_traces([good, bad])
     assert v_good.accepted, v_good
     assert not v_bad.accepted
     # the redelivery that forgot JMSXDeliveryCount is the first unmatched event
@@ -157,7 +159,7 @@ def test_traces_accepted_and_rejected(tmp_path):
 def test_malformed_trace_is_rejected(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text('{"op": "frobnicate", "path": "x"}\n')
-    (v,) = sc.validate_traces([p])
+    (v,) = st.validate_traces([p])
     assert not v.accepted and v.first_bad == 0
 
 
@@ -167,12 +169,12 @@ def test_trace_module_names_every_action_of_the_spec(tmp_path):
     silently reject behaviours that use it.  LoseRace alone is left out on purpose: it
     changes nothing but a stale listing, which the trace module never keeps."""
     events = [{"op": "create", "path": "Q/working/4.1-1.T"}]
-    rt, facts = sc.render_trace(events)
-    module, _cfg = sc.write_trace_model(tmp_path, (), 1, [(0, rt, facts)], 0)
+    rt, facts = st.render_trace(events)
+    module, _cfg = st.write_trace_model(tmp_path, (), 1, [(0, rt, facts)])
     text = module.read_text()
-    used = {a for a in sc.ALL_ACTIONS if f"{a}(" in text or f" {a}\n" in text or f"{a} " in text}
-    assert set(sc.ALL_ACTIONS) - used == {"LoseRace"}
-    ok, out = sc.sany(module)
+    used = {a for a in sm.ALL_ACTIONS if f"{a}(" in text or f" {a}\n" in text or f"{a} " in text}
+    assert set(sm.ALL_ACTIONS) - used == {"LoseRace"}
+    ok, out = tlc.sany(module)
     assert ok, out[-2000:]
 
 
@@ -201,7 +203,7 @@ def test_two_consumer_race_trace_is_accepted_and_a_double_claim_rejected(tmp_pat
     q, nm = "Q1/incoming", "4.1700000000000-0000000000.T"
     dup = {"op": "create", "path": f"{q}/processing/c-b~{nm}.....JMSXDeliveryCountI=1"}
     bad.write_text("".join(json.dumps(e) + "\n" for e in events[:91] + [dup] + events[91:]))
-    v_good, v_bad = sc.validate_traces([good, bad], timeout=300)
+    v_good, v_bad = st.validate_traces([good, bad], timeout=300)
     assert v_good.accepted, v_good
     assert not v_bad.accepted and v_bad.decided and v_bad.first_bad == 91
 
@@ -220,9 +222,9 @@ def test_receive_side_mutant_breaks_the_refinement(tmp_path, name):
     head, _props = cfg.split("PROPERTIES")
     only_refinement = tmp_path / "refinement.cfg"
     only_refinement.write_text(head + "PROPERTIES\n    Refinement\n")
-    res = sc.run_tlc(SPEC / m.module, only_refinement, workers="1", timeout=400, cwd=SPEC)
-    assert res.exit_code == sc.EXIT_PROPERTY, res.output[-3000:]
-    assert sc.violated_property(res) == "Refinement"
+    res = tlc.run_tlc(SPEC / m.module, only_refinement, workers="1", timeout=400, cwd=SPEC)
+    assert res.exit_code == tlc.EXIT_PROPERTY, res.output[-3000:]
+    assert sm.violated_property(res) == "Refinement"
 
 
 def _tx_traces() -> dict[str, list[dict]]:
@@ -273,7 +275,7 @@ def test_half_applied_transactions_are_rejected(tmp_path):
         p = tmp_path / f"{name}.jsonl"
         p.write_text("".join(json.dumps(e) + "\n" for e in events))
         paths.append(p)
-    verdicts = {Path(v.path).stem: v for v in sc.validate_traces(paths, timeout=300)}
+    verdicts = {Path(v.path).stem: v for v in st.validate_traces(paths, timeout=300)}
     assert verdicts["sends_whole"].accepted, verdicts["sends_whole"]
     assert verdicts["acks_whole"].accepted, verdicts["acks_whole"]
     for name in ("sends_half", "acks_half"):
@@ -283,7 +285,7 @@ def test_half_applied_transactions_are_rejected(tmp_path):
 
 
 def test_log_content_names_the_transaction():
-    rt, facts = sc.render_trace(_tx_traces()["sends_half"])
+    rt, facts = st.render_trace(_tx_traces()["sends_half"])
     assert facts["txs"] == [{"m1", "m2"}]          # the log's, not the one send applied
     closes = [e for e in rt.events if e["op"] == '"logclose"']
     assert closes[0]["lset"] == "{m1, m2}"

@@ -81,7 +81,7 @@ def test_the_wheel_outside_the_repo_gives_the_repository_verdicts(installed, tmp
     assert res.returncode == 0, res.stderr
     for mod, paths in json.loads(res.stdout).items():
         assert paths and all(Path(p).resolve().is_relative_to(venv.resolve()) for p in paths), (mod, paths)
-    spec = _run([python, "-c", "from dropboxmq.spec_check import spec_dir; print(spec_dir())"], tmp_path, env)
+    spec = _run([python, "-c", "from dropboxmq.tlc import spec_dir; print(spec_dir())"], tmp_path, env)
     assert Path(spec.stdout.strip()).resolve().is_relative_to(venv.resolve()), spec.stdout + spec.stderr
 
     # 2. spec check (one model, one mutant) and the conformance suite, side by side, each from

@@ -158,7 +158,7 @@ CHECKS: list[Check] = [
           "delivery counts in names exact.  A helper's illegal move is named, never charged.",
           "reference/dropboxmq/lifecycle.py TRANSITIONS; spec/Dropbox.tla actions"),
     Check("model.tlc", "model", "Small traces are accepted by TLC trace validation against spec/.",
-          "spec/ trace validation (dropboxmq.spec_check)"),
+          "spec/ trace validation (dropboxmq.spec_traces)"),
 ]
 
 BY_ID: dict[str, Check] = {c.id: c for c in CHECKS}

@@ -28,6 +28,12 @@ Every record may carry ``actor`` (who made the move, when the suite knows: its
 own planting, racing or fallback recovery); a violation names its actor, so a
 helper's illegal move is never charged to the implementation.
 
+Deaths: the suite records every process it kills (a ``kill`` record with the
+client id, ``dropboxmq.trace``), and marks ``"recovery": true`` the moves a
+recovery process made.  A recovery that takes a message out of
+``processing/<client>~`` of a client the trace does not record as dead (a sweep
+of a live holder) is a violation; a claim under a dead client's id restarts it.
+
 Entries, messages or not: every entry directly in a state directory, dot-files
 and directories included (1.2 claims both; a directory ends in error/).  Not
 entries: anything under ``dropboxmq/`` (client registrations,
@@ -39,22 +45,25 @@ establish a state without judging how it was reached.
 
 TLC validation (when the trace is small enough): :func:`tlc_job` writes a
 one-dropbox excerpt of the trace, and :func:`run_tlc_jobs` hands a whole
-batch of them to the spec's trace validation (``dropboxmq.spec_check``) at
+batch of them to the spec's trace validation (``dropboxmq.spec_traces``) at
 once, so that TLC's start-up is paid per group of traces, not per trace.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from dropboxmq.codec import name_delivery_count
-from dropboxmq.lifecycle import (COUNT_RULES, STATE_DIRS, IllegalMove, Move, State, count_ok, move_between, next_state,
-                                 state_of_directory)
+from dropboxmq import spec_traces
+from dropboxmq.lifecycle import COUNT_RULES, IllegalMove, Move, State, count_ok, move_between, next_state
+from dropboxmq.trace import (FILE_OPS, Loc, by_recovery, count_of, death_of, leaf, locate, message_id, original_name, owner_of)
+
+__all__ = ["IMPLEMENTATION", "TLC_MAX_EVENTS", "Loc", "ReplayResult", "Step", "TlcJob", "TlcOutcome", "Track",
+           "Violation", "actor_of", "locate", "message_excerpt", "replay", "run_tlc_jobs", "timeline_until",
+           "tlc_job"]
 
 #: Traces with at most this many message events are handed to TLC.
 TLC_MAX_EVENTS = 400
@@ -66,32 +75,6 @@ IMPLEMENTATION = "implementation"
 def actor_of(rec: dict) -> str:
     """Who made the move a record shows (the suite tags its own helpers' moves)."""
     return rec.get("actor") or IMPLEMENTATION
-
-
-@dataclass(frozen=True)
-class Loc:
-    box: str  # the dropbox directory, relative to the root ("Q1/incoming")
-    state: State
-    name: str
-
-
-def locate(rel: str | None) -> Loc | None:
-    """The (dropbox, state, name) a path stands for, or None if it is not a message file's place."""
-    if not rel:
-        return None
-    parts = rel.split("/")
-    if len(parts) < 3 or parts[0] == "dropboxmq":
-        return None
-    state_dir, name = parts[-2], parts[-1]
-    if state_dir not in STATE_DIRS:
-        return None
-    box = "/".join(parts[:-2])
-    last = parts[-3]
-    if last.startswith(".") and last != ".incoming":
-        return None
-    if any(p.startswith(".") and p not in (".incoming", ".subscriptions") for p in parts[:-3]):
-        return None
-    return Loc(box, state_of_directory(state_dir), name)
 
 
 @dataclass
@@ -152,22 +135,10 @@ class ReplayResult:
         return self.violation is None
 
 
-def _orig(name: str) -> str:
-    from dropboxmq.codec import split_processing_name
-
-    return split_processing_name(name)[1]
-
-
-def _mid(name: str) -> str:
-    from dropboxmq.codec import decode_name
-
-    return decode_name(name).message_id
-
-
 def _life_of(tracks: Iterable[Track], mid: str) -> list[Step]:
     """The steps of every file that carried message ``mid`` (a copy is a new file, but the
     same message), in trace order; an ILLEGAL step after the others of its event."""
-    steps = [st for tr in tracks if _mid(tr.name) == mid for st in tr.steps]
+    steps = [st for tr in tracks if message_id(tr.name) == mid for st in tr.steps]
     steps.sort(key=lambda st: (st.seq, st.state == "ILLEGAL"))
     return steps
 
@@ -178,12 +149,13 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
     (only an operator purges)."""
     res = ReplayResult()
     at: dict[str, Track] = {}  # current path -> track
+    dead: set[str] = set()  # client ids the trace records as killed (and not restarted since)
     counter = 0
 
     def new_track(name: str, state: State, deliveries: int | None = None) -> Track:
         nonlocal counter
         counter += 1
-        tr = Track(f"m{counter}", _orig(name), state, deliveries=deliveries)
+        tr = Track(f"m{counter}", original_name(name), state, deliveries=deliveries)
         res.tracks[tr.key] = tr
         return tr
 
@@ -194,7 +166,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
         tr.steps.append(step(rec, "ILLEGAL", None, path, reason))
         # The counterexample is the life of the *message*: every file that carried its id
         # (a copy is a new file, but the same message).
-        steps = _life_of(res.tracks.values(), _mid(tr.name))
+        steps = _life_of(res.tracks.values(), message_id(tr.name))
         res.violation = Violation(rec.get("seq", -1), rec, reason, tr.key, [s.as_dict() for s in steps],
                                   actor_of(rec))
         return res
@@ -213,10 +185,18 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             fail(rec, tr, f"deleted a message from {tr.state.directory}/: a producer or consumer never deletes "
                  "messages (Purge is an operator's action)", path)
             return False
-        if moves[0] is Move.CLAIM and tr.deliveries is not None:
-            tr.deliveries += 1
+        if src is not None and by_recovery(rec):
+            holder = owner_of(locate(src))
+            if holder is not None and holder not in dead:
+                fail(rec, tr, f"a recovery took it from {holder!r}, which the trace does not record as dead "
+                     "(no kill before it): only a dead holder's messages may be recovered", path)
+                return False
+        if moves[0] is Move.CLAIM:
+            dead.discard(owner_of(locate(path)) or "")  # a claim under a dead client's id: restarted
+            if tr.deliveries is not None:
+                tr.deliveries += 1
         if src is not None and path is not None and tr.deliveries is not None:
-            before, after = name_delivery_count(_leaf(src)), name_delivery_count(_leaf(path))
+            before, after = count_of(src), count_of(path)
             if not count_ok(moves[0], before, after, tr.deliveries):
                 fail(rec, tr, f"{moves[0].name} changed the name's JMSXDeliveryCount {before} -> {after} "
                      f"after {tr.deliveries} delivery(ies); it must leave {COUNT_RULES[moves[0]].value}", path)
@@ -225,10 +205,15 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
         tr.steps.append(step(rec, dest.name, "+".join(m.value for m in moves), path))
         return True
 
+    tr: Track | None
     for rec in records:
         op = rec.get("op")
         if op == "overflow":
             res.overflowed = True
+            continue
+        death = death_of(rec)
+        if death is not None:
+            dead.update(death.clients)
             continue
         if rec.get("kind") == "dir" and op == "rename":  # a whole directory moved: carry its messages along
             src, dst = rec["src"] + "/", rec["dst"] + "/"
@@ -246,7 +231,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             if loc is None:
                 continue
             res.events += 1
-            tr = new_track(loc.name, State.ABSENT, name_delivery_count(loc.name))
+            tr = new_track(loc.name, State.ABSENT, count_of(loc.name))
             at[rec["path"]] = tr
             if synthetic:
                 tr.partial = True
@@ -276,7 +261,7 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             if tr is None:
                 known = dloc.state is State.NEW and sloc is None  # type: ignore[union-attr]
                 tr = new_track((sloc or dloc).name, sloc.state if sloc else State.ABSENT,  # type: ignore[union-attr]
-                               name_delivery_count((sloc or dloc).name) if known else None)  # type: ignore[union-attr]
+                               count_of((sloc or dloc).name) if known else None)  # type: ignore[union-attr]
                 tr.partial = sloc is not None
             if dloc is None:  # renamed out of the message places (e.g. to a dot-name): gone
                 if not apply(tr, State.ABSENT, rec, rec["dst"]):
@@ -315,10 +300,6 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
     return res
 
 
-def _leaf(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
 # ------------------------------------------------------------------ TLC
 
 
@@ -342,15 +323,18 @@ class TlcJob:
 
 
 def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[dict]:
-    """The agreed-format records of one dropbox's message files (for TLC).  A delete by
+    """The agreed-format records of one dropbox's message files, and every death (for TLC).  A delete by
     the implementation is marked ``purge: False`` unless ``purge`` (only an operator purges)."""
     out = []
     for rec in records:
-        if rec.get("kind") == "dir" or rec.get("op") not in ("create", "close_write", "rename", "delete"):
+        if death_of(rec) is not None:  # a death concerns every dropbox
+            out.append(rec)
+            continue
+        if rec.get("kind") == "dir" or rec.get("op") not in FILE_OPS:
             continue
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]
-        if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1]):
+        if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1] or ""):
             if rec["op"] == "delete" and not purge and actor_of(rec) == IMPLEMENTATION:
                 rec = dict(rec, purge=False)
             out.append(rec)
@@ -360,22 +344,19 @@ def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[
 def _is_message(path: str) -> bool:
     """A 1.2-format message name: junk the suite itself planted (garbage names, symlinks,
     directories) is judged by the junk checks, not replayed in TLC, whose model has no junk."""
-    from dropboxmq import codec
-
-    name = path.rsplit("/", 1)[-1]
-    if "/processing/" in path or "/processed/" in path:
-        name = codec.split_processing_name(name)[1]
-    return codec.decode_name(name).message_id != "ID:" + name
+    name = original_name(leaf(path)) if "/processing/" in path or "/processed/" in path else leaf(path)
+    return message_id(name) != "ID:" + name
 
 
 def tlc_job(key: Any, records: list[dict], workdir: Path, box: str = "Q1/incoming",
             max_events: int = TLC_MAX_EVENTS) -> TlcJob | TlcOutcome:
     """The TLC job for one trace, or the outcome already known (nothing to validate, too large)."""
     excerpt = message_excerpt(records, box)
-    if not excerpt:
+    events = sum(1 for rec in excerpt if death_of(rec) is None)
+    if not events:
         return TlcOutcome("empty", f"no message events of {box} to validate")
-    if len(excerpt) > max_events:
-        return TlcOutcome("too-large", f"{len(excerpt)} message events, over the TLC limit of {max_events} "
+    if events > max_events:
+        return TlcOutcome("too-large", f"{events} message events, over the TLC limit of {max_events} "
                           "(the fast replay judged it)")
     path = Path(workdir) / f"tlc-{box.replace('/', '_')}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -386,17 +367,15 @@ def tlc_job(key: Any, records: list[dict], workdir: Path, box: str = "Q1/incomin
 
 
 def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) -> dict[Any, TlcOutcome]:
-    """One batch of TLC trace validations (spec_check.validate_traces) for all the jobs."""
+    """One batch of TLC trace validations (spec_traces.validate_traces) for all the jobs."""
     if not jobs:
         return {}
-    from dropboxmq import spec_check
-
     try:
-        verdicts = spec_check.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
+        verdicts = spec_traces.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
         return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}", unavailable=True) for j in jobs}
     out: dict[Any, TlcOutcome] = {}
-    for job, v in zip(jobs, verdicts):
+    for job, v in zip(jobs, verdicts, strict=True):
         if v.accepted:
             out[job.key] = TlcOutcome("pass", f"TLC accepted all {len(job.records)} message events")
         elif not v.decided:
@@ -405,9 +384,9 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
             bad = job.records[v.first_bad] if v.first_bad is not None and v.first_bad < len(job.records) else None
             where = f"event #{bad.get('seq')}" if bad else "the trace"
             k = v.first_bad or 0
-            helper = bad is not None and actor_of(bad) != IMPLEMENTATION
+            helper = None if bad is None or actor_of(bad) == IMPLEMENTATION else actor_of(bad)
             if helper:  # the suite's own move: named, never charged to the implementation
-                where += f" (made by {actor_of(bad)}, the suite's own helper)"
+                where += f" (made by {helper}, the suite's own helper)"
             out[job.key] = TlcOutcome("inconclusive" if helper else "fail", f"TLC rejected {where}: {v.reason}", bad,
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [])
@@ -419,6 +398,6 @@ def timeline_until(records: list[dict], k: int, verdict: str) -> list[dict]:
     then ``verdict`` (a counterexample timeline for a rejection the replay did not find)."""
     bad = records[k]
     path = bad.get("src") or bad.get("path") or ""
-    steps = _life_of(replay(records[:k]).tracks.values(), _mid(_orig(path.rsplit("/", 1)[-1])))
+    steps = _life_of(replay(records[:k]).tracks.values(), message_id(leaf(path)))
     steps.append(Step(bad.get("seq", -1), bad.get("t", 0.0), bad.get("op", "?"), verdict, None, path))
     return [st.as_dict() for st in steps]

@@ -29,11 +29,12 @@ from typing import Callable, Iterator
 from dropboxmq import codec
 from dropboxmq.lifecycle import STATE_DIRS, State
 from dropboxmq.message import Property, TextMessage
+from dropboxmq.trace import KILL, leaf, locate, owner_of
 
 from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
-from .replay import TLC_MAX_EVENTS, TlcJob, TlcOutcome, locate, replay, tlc_job
+from .replay import TLC_MAX_EVENTS, TlcJob, TlcOutcome, replay, tlc_job
 from .watcher import Watcher
 
 QUEUE = "Q1"
@@ -46,6 +47,7 @@ PLANTING = "suite: planting"
 LATE_ARRIVAL = "suite: late high-priority arrival"
 RACING = "suite: racing consumer"
 FALLBACK_RECOVERY = "suite: fallback recovery (dropboxmq recover --assume-unknown-dead)"
+KILLER = "suite: kill -9"
 
 
 # ====================================================================== helpers
@@ -53,7 +55,7 @@ FALLBACK_RECOVERY = "suite: fallback recovery (dropboxmq recover --assume-unknow
 
 def mid_of(name: str) -> str:
     """The message id (without 'ID:') a file name stands for (client prefix removed)."""
-    return codec.decode_name(codec.split_processing_name(name)[1]).message_id.removeprefix("ID:")
+    return (codec.decode_name(codec.split_processing_name(name)[1]).message_id or "").removeprefix("ID:")
 
 
 def box_dir(root: Path, state: str, box: str = BOX) -> Path:
@@ -83,6 +85,35 @@ def spawn(cmd: str, **kw) -> subprocess.Popen:
     """A manifest command under /bin/sh, in its own process group."""
     with _FORK_LOCK:
         return subprocess.Popen(["/bin/sh", "-c", cmd], start_new_session=True, **kw)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie has died already)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(pgid: int, on_death: Callable[[], None] | None = None) -> None:
+    """SIGKILL process group ``pgid``.  If a process of it still runs, it is a death the suite
+    causes: frozen first (SIGSTOP), so that ``on_death`` records it after the group's last move
+    and before anybody could see it dead."""
+    if on_death is not None and group_running(pgid):
+        _killpg(pgid, signal.SIGSTOP)
+        on_death()
+    _killpg(pgid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
@@ -124,10 +155,13 @@ def excerpt(records: list[dict], seqs: list[int], around: int = 2, limit: int = 
 
 
 class Proc:
-    """One command of the manifest, in its own process group."""
+    """One command of the manifest, in its own process group.  ``on_death(proc, holds)``
+    records its death when the suite kills it while it runs (``holds``: the processing/
+    names the suite saw it hold)."""
 
-    def __init__(self, cmd: str, env: dict, log_dir: Path, label: str):
-        self.cmd, self.label = cmd, label
+    def __init__(self, cmd: str, env: dict, log_dir: Path, label: str, role: str = "", client_id: str = "",
+                 on_death: Callable[["Proc", list[str]], None] | None = None):
+        self.cmd, self.label, self.role, self.client_id, self.on_death = cmd, label, role, client_id, on_death
         log_dir.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = log_dir / f"{label}.out", log_dir / f"{label}.err"
         self._out, self._err = open(self.out_path, "wb"), open(self.err_path, "wb")
@@ -135,20 +169,22 @@ class Proc:
         self.timed_out = False
 
     def signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.p.pid, sig)
-        except ProcessLookupError:
-            pass
+        _killpg(self.p.pid, sig)
+
+    def kill(self, holds: list[str] | None = None) -> None:
+        """kill -9 of the whole group, recorded in the trace when it was still running."""
+        on_death = self.on_death
+        kill_group(self.p.pid, None if on_death is None else lambda: on_death(self, holds or []))
 
     def wait(self, timeout: float) -> int | None:
         try:
             rc = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.timed_out = True
-            self.signal(signal.SIGKILL)
+            self.kill()
             self.p.wait()
             rc = None
-        self.signal(signal.SIGKILL)  # stragglers of the group
+        self.kill()  # stragglers of the group
         self._out.close()
         self._err.close()
         return rc
@@ -231,21 +267,48 @@ class Scenario:
                                                for r in recs[start:]), timeout)
         return len(self.records)
 
-    @contextlib.contextmanager
-    def helper(self, actor: str) -> Iterator[None]:
+    def record_death(self, proc: Proc, holds: list[str]) -> None:
+        """The trace's record of a process the suite kills (``Proc.kill``, the group frozen):
+        its role and the client ids it ran under -- the one it was given and those of the
+        processing/ names it held (an implementation may choose its own)."""
+        self.note_death(proc.role, proc.label, proc.client_id, holds)
+
+    def note_death(self, role: str, label: str, client_id: str, holds: list[str]) -> None:
+        if not self.watcher.running:
+            return
+        self.barrier()
+        held = {owner_of(locate(f"{BOX}/processing/{name}")) for name in holds}
+        clients = sorted(c for c in held | {client_id} if c)
+        self.watcher.note({"op": KILL, "role": role, "clients": clients, "label": label, "actor": KILLER})
+
+    def recovering(self) -> contextlib.AbstractContextManager[None]:
+        """Every move seen inside is a recovery process's (``"recovery": true``), never the
+        holder's own: use it only while nothing but a recovery runs."""
+        return self._moves_by(recovery=True)
+
+    def helper(self, actor: str) -> contextlib.AbstractContextManager[None]:
         """Every move seen inside is the suite's helper's (``actor``), never the implementation's:
         use it only while the implementation is not started, stopped (SIGSTOP) or dead."""
+        return self._moves_by(actor=actor)
+
+    @contextlib.contextmanager
+    def _moves_by(self, **tags: object) -> Iterator[None]:
+        """The watcher tags every move seen inside (its attributes ``actor``, ``recovery``)."""
         self.barrier()
-        self.watcher.actor = actor
+        saved = {k: getattr(self.watcher, k) for k in tags}
+        for k, v in tags.items():
+            setattr(self.watcher, k, v)
         try:
             yield
         finally:
             self.barrier()
-            self.watcher.actor = None
+            for k, v in saved.items():
+                setattr(self.watcher, k, v)
 
     def run(self, role: str, label: str, **values) -> Proc:
         cmd = self.manifest.command(role, root=self.root, queue=QUEUE, out=self.dir, **values)
-        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label)
+        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label, role, values.get("client_id", ""),
+                    self.record_death)
         self.procs.append(proc)
         return proc
 
@@ -255,13 +318,13 @@ class Scenario:
         ref = _M("ref-helper", "", self.manifest.path, {"consume": "{dropboxmq} --root {root} receive {queue} "
                  "-n 0 --timeout 0.3 --json --client-id {client_id}"})
         cmd = ref.command("consume", root=self.root, queue=QUEUE, client_id=client_id)
-        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label)
+        proc = Proc(cmd, environ(self.manifest), self.dir / "logs", label, "consume", client_id, self.record_death)
         self.procs.append(proc)
         return proc
 
     def close(self) -> None:
         for p in self.procs:
-            p.signal(signal.SIGKILL)
+            p.kill()
         self.watcher.stop()
 
 
@@ -344,7 +407,7 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
     ):
         if bad:
             res.append(C.failed(cid, f"{len(bad)} event(s) {what}", trace=excerpt(recs, [b["seq"] for b in bad]),
-                                files=sorted({b.get("path") or b.get("dst") for b in bad})[:10]))
+                                files=sorted({b.get("path") or b.get("dst") or "" for b in bad})[:10]))
         elif n_sent == 0 and cid != "producer.no-direct-write":
             res.append(C.inconclusive(cid, "the producer sent nothing"))
         else:
@@ -393,8 +456,8 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
         res.append(C.failed("producer.working-clean", f"{len(left)} file(s) left in working/", files=left[:10]))
     else:
         res.append(C.passed("producer.working-clean", "working/ is empty"))
-    for r in res:
-        r.evidence.setdefault("scenario", sc.name)
+    for result in res:
+        result.evidence.setdefault("scenario", sc.name)
     return res, sc
 
 
@@ -504,11 +567,12 @@ def consumer_basic(m: Manifest, out: Path) -> tuple[list[Result], Scenario]:
     elif not seen:
         res.append(C.inconclusive("consumer.order", "nothing was delivered"))
     else:
-        k = next((j for j, (a, b) in enumerate(zip(seen, expect)) if a != b), min(len(seen), len(expect)))
-        prio = {mid_of(n): codec.decode_name(n).priority for _, n in valid}
+        k = next((j for j, (a, b) in enumerate(zip(seen, expect, strict=False)) if a != b),
+                 min(len(seen), len(expect)))
+        priority_of = {mid_of(n): codec.decode_name(n).priority for _, n in valid}
         res.append(C.failed("consumer.order", f"delivery #{k + 1} out of order",
-                            text="delivered (priority:id): " + ", ".join(f"{prio[i]}:{i[-6:]}" for i in seen)
-                            + "\nexpected: " + ", ".join(f"{prio[i]}:{i[-6:]}" for i in expect)))
+                            text="delivered (priority:id): " + ", ".join(f"{priority_of[i]}:{i[-6:]}" for i in seen)
+                            + "\nexpected: " + ", ".join(f"{priority_of[i]}:{i[-6:]}" for i in expect)))
     # a dot-file is an ordinary entry (1.2 claims it, ours skips it): it may move, not vanish
     dot_ok = any(p.is_file() and not p.is_symlink() and p.read_bytes() == DOT_BODY
                  for state in STATE_DIRS for p in box_dir(sc.root, state).iterdir())
@@ -654,7 +718,7 @@ def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: 
             break
         claimed.clear()
         proc.signal(signal.SIGCONT)
-    proc.signal(signal.SIGKILL)
+    proc.kill(inflight)
     proc.wait(5)
     return inflight
 
@@ -742,15 +806,16 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
         sc.barrier()
         if inflight:
             if m.has("recover"):
-                rp = sc.run("recover", "recover", client_id="impl-1")
-                rp.wait(m.timeout)
-                sc.barrier()
+                with sc.recovering():
+                    rp = sc.run("recover", "recover", client_id="impl-1")
+                    rp.wait(m.timeout)
             else:
                 from .manifest import Manifest as _M
 
                 helper = _M("ref-recover", "", m.path, {"recover": "{dropboxmq} --root {root} recover "
                                                         "--assume-unknown-dead > /dev/null"})
-                with sc.helper(FALLBACK_RECOVERY):  # the implementation is dead: every move is the helper's
+                # the implementation is dead: every move is the helper's recovery
+                with sc.helper(FALLBACK_RECOVERY), sc.recovering():
                     rp = Proc(helper.command("recover", root=sc.root), environ(m), sc.dir / "logs", "recover")
                     rp.wait(m.timeout)
                 notes.append("recovered by the reference's `dropboxmq recover --assume-unknown-dead` "
@@ -760,7 +825,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
             for pname in inflight:
                 i = mid_of(pname)
                 name = after.get(i)
-                back.append((i, name, bool(name) and codec.decode_name(name).redelivered))
+                back.append((i, name, name is not None and codec.decode_name(name).redelivered))
             proc2 = sc.run("consume", "consume-2", client_id="impl-2", count=n)
             proc2.wait(m.timeout)
             second = parse_output(m, proc2.stdout())
@@ -838,7 +903,7 @@ def _late_priority_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], S
         sc.barrier()
     finally:
         sc.close()
-    after = [mid_of(locate(r["dst"]).name) for r in sc.records[arrived:] if _is_claim(r) and not r.get("actor")]
+    after = [mid_of(leaf(r["dst"])) for r in sc.records[arrived:] if _is_claim(r) and not r.get("actor")]
     if late is None:
         r = C.inconclusive("consumer.late-priority", "the consumer never claimed a message")
     elif waiting < LATE_BOUND:
@@ -877,6 +942,7 @@ class Adapter:
         self.p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                        env=environ(sc.manifest))
         self.timeout = timeout or max(10.0, sc.manifest.timeout)  # a JVM's first answer may be slow
+        self._on_death = lambda: sc.note_death("adapter", f"adapter-{label or client_id}", client_id, [])
         self.log: list[tuple[dict, dict]] = []
         self._buf = b""
 
@@ -925,10 +991,7 @@ class Adapter:
             self.p.wait(3)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(self.p.pid, self._on_death)
         self._err.close()
 
 
@@ -1022,7 +1085,7 @@ def s_tx_send(a: Adapter, root: Path | None) -> str:
     a.ok("send", session=s, queue="QTXS", body="t3")
     a.ok("rollback", session=s)
     _files(root, "QTXS", ("target", 2), ("working", 0))
-    got = []
+    got: list[str] = []
     while (m := a.ok("receive", session=r, queue="QTXS", timeout_ms=1000 if len(got) < 2 else 300)["message"]):
         got.append(m["body"])
     _expect(sorted(got) == ["t1", "t2"], f"after commit and a rolled-back send, another session received {got}")
@@ -1089,7 +1152,8 @@ def s_shared(c: Adapter, a: Adapter, b: Adapter, root: Path | None) -> str:
     sp = c.ok("session", ack_mode="auto")["session"]
     for i in range(10):
         c.ok("send", session=sp, topic="T2", body=f"s{i}")
-    got_a, got_b = [], []
+    got_a: list[str] = []
+    got_b: list[str] = []
     idle = 0
     while idle < 2:
         idle += 1
@@ -1119,7 +1183,7 @@ def s_selector(a: Adapter, root: Path | None) -> str:
     _expect(not bad.get("ok"), "a bad selector was accepted")
     a.ok("close_session", session=s)
     s2 = a.ok("session", ack_mode="auto")["session"]
-    rest = []
+    rest: list[str] = []
     while (m := a.ok("receive", session=s2, queue="QSEL", timeout_ms=1000 if len(rest) < 2 else 300)["message"]):
         rest.append(m["body"])
     _expect(sorted(rest) == ["1", "3"], f"the unmatched messages did not stay waiting: a receiver without selector got {rest}")

@@ -33,11 +33,11 @@ from pathlib import Path
 from dropboxmq import codec
 from dropboxmq import topics as ref_topics
 from dropboxmq.lifecycle import State
+from dropboxmq.trace import locate
 
 from . import checks as C
 from .checks import Result
 from .manifest import Manifest, environ
-from .replay import locate
 from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, exit_clean,
                     kill_while_holding, listdir, make_layout, mid_of, parse_output, put)
 
@@ -324,10 +324,12 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
         sc.barrier()
         if inflight:
             if m.has("recover"):
-                rp = sc.run("recover", "recover", client_id=SUB_CLIENT, topic=TOPIC, subscription=SUB_NAME)
-                rp.wait(m.timeout)
+                with sc.recovering():
+                    rp = sc.run("recover", "recover", client_id=SUB_CLIENT, topic=TOPIC, subscription=SUB_NAME)
+                    rp.wait(m.timeout)
             else:
-                with sc.helper(FALLBACK_RECOVERY):  # the subscriber is dead: every move is the helper's
+                # the subscriber is dead: every move is the helper's recovery
+                with sc.helper(FALLBACK_RECOVERY), sc.recovering():
                     reference_helper(sc, "recover", "recover --assume-unknown-dead > /dev/null").wait(m.timeout)
             sc.barrier()
             after = {mid_of(nm): nm for nm in listdir(root, "target", own)}

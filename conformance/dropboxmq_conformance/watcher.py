@@ -20,6 +20,9 @@ difference found by the final rescan, i.e. a missed event), ``"moved_in"`` /
 ``"content"`` on a transaction log's ``close_write`` and on its rename into
 ``committing/``: the log's text as it was then (the spec's trace validation
 checks a commit against the moves its log lists, not the moves it made).
+Records the suite adds itself (``note``): ``{"op": "kill", "role": ...,
+"clients": [...]}`` when it kills a running process (``dropboxmq.trace``), and
+``"recovery": true`` on the moves made while only a recovery process ran.
 
 IN_MOVED_FROM and IN_MOVED_TO are paired by their cookie into one ``rename``.
 IN_Q_OVERFLOW (the kernel dropped events) is recorded as ``{"op": "overflow"}``
@@ -37,9 +40,11 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TextIO
 
 from inotify_simple import INotify, flags
+
+from dropboxmq.trace import KILL
 
 WATCH_MASK = (
     flags.CREATE
@@ -75,6 +80,8 @@ class Watcher:
         # who makes the moves seen now, when the suite knows (its own helper acting while
         # the implementation is stopped, dead or not yet started); None: the implementation
         self.actor: str | None = None
+        # the moves seen now are a recovery process's, not their holder's (the suite knows)
+        self.recovery = False
         self._start_thread = start_thread
         self._ino: INotify | None = None
         self._wd_path: dict[int, str] = {}
@@ -86,7 +93,7 @@ class Watcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = time.monotonic()
-        self._out = None
+        self._out: TextIO | None = None
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Watcher":
@@ -151,6 +158,15 @@ class Watcher:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.records), timeout)
 
+    @property
+    def running(self) -> bool:
+        return self._ino is not None
+
+    def note(self, rec: dict) -> dict:
+        """Add a record the suite knows and inotify cannot see (a process death), in order."""
+        with self._lock:
+            return self._emit(dict(rec))
+
     def inject(self, events: Iterable) -> None:
         """Feed raw events (``inotify_simple.Event``) as if the kernel had sent them."""
         with self._lock:
@@ -163,7 +179,9 @@ class Watcher:
     def _emit(self, rec: dict) -> dict:
         rec = {"seq": len(self.records), "t": round(time.monotonic() - self._t0, 6), **rec}
         if self.actor is not None:
-            rec["actor"] = self.actor
+            rec.setdefault("actor", self.actor)
+        if self.recovery and rec.get("op") != KILL:
+            rec["recovery"] = True
         self.records.append(rec)
         if self._out is not None:
             self._out.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -254,7 +272,7 @@ class Watcher:
 
     # ------------------------------------------------------------ events
     def _flush_pending(self) -> None:
-        for cookie, (path, is_dir) in sorted(self._pending_from.items()):
+        for _cookie, (path, is_dir) in sorted(self._pending_from.items()):
             self._moved_away(path, is_dir)
         self._pending_from.clear()
 

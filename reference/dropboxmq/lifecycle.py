@@ -66,7 +66,7 @@ to target/ carries the deliveries attempted so far (``k``):
 
 ``k`` starts at the count the name carries when the message is first seen and
 grows by one at each CLAIM.  ``count_ok`` is this table; the conformance replay
-and the TLC trace mapping (``spec_check``) both use it.
+and the TLC trace mapping (``spec_traces``) both use it.
 
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
@@ -122,6 +122,20 @@ class Move(enum.Enum):
         """The name of the action in spec/Dropbox.tla."""
         return self.value
 
+    @property
+    def actor(self) -> "Actor":
+        """Who makes this move (the table ACTORS): the process whose step it is in the spec."""
+        return ACTORS[self]
+
+
+class Actor(enum.Enum):
+    """Who makes a move: the process whose step the spec's action is."""
+
+    PRODUCER = "the producer (the orphan sweep, when it is dead)"
+    TAKER = "the consumer that the destination processing/<client>~ name names"
+    HOLDER = "the consumer that the source processing/<client>~ name names (its recovery, when it is dead)"
+    ANYONE = "any process (an operator, housekeeping, the expiry sweep)"
+
 
 #: Process-level actions of spec/Dropbox.tla: steps that move no message between states
 #: (writing and closing files and logs, listings, lost races, listeners, crashes, recovery).
@@ -137,9 +151,6 @@ PROCESS_ACTIONS: tuple[str, ...] = (
 
 #: The six directories of every dropbox, in lifecycle order.
 STATE_DIRS: tuple[str, ...] = tuple(s.value for s in State if s.value is not None)
-
-#: Terminal states: a message that reaches one is never delivered again.
-TERMINAL: frozenset[State] = frozenset({State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER})
 
 _S, _M = State, Move
 
@@ -166,6 +177,24 @@ TRANSITIONS: Mapping[State, Mapping[Move, State]] = MappingProxyType(
         _S.DEAD_LETTER: MappingProxyType({_M.PURGE: _S.ABSENT}),
     }
 )
+
+
+#: Who makes each move (Move.actor).  EXPIRE out of target/ has no holder: anyone's then.
+ACTORS: Mapping[Move, Actor] = MappingProxyType(
+    {
+        _M.CREATE: Actor.PRODUCER, _M.SEND: Actor.PRODUCER, _M.DISCARD: Actor.PRODUCER,
+        _M.QUARANTINE: Actor.PRODUCER, _M.CLAIM: Actor.TAKER, _M.EXPIRE: Actor.HOLDER,
+        _M.ACK: Actor.HOLDER, _M.REDELIVER: Actor.HOLDER, _M.DEAD_LETTER: Actor.HOLDER,
+        _M.PURGE: Actor.ANYONE,
+    }
+)
+
+#: Purgeable states: those the table lets PURGE empty.
+PURGEABLE: frozenset[State] = frozenset(s for s, moves in TRANSITIONS.items() if Move.PURGE in moves)
+
+#: Terminal states: a message that reaches one is never delivered again (PURGE is all that
+#: leads out of them).
+TERMINAL: frozenset[State] = frozenset(s for s, moves in TRANSITIONS.items() if set(moves) == {Move.PURGE})
 
 
 class CountRule(enum.Enum):

@@ -10,12 +10,12 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from .lifecycle import State
-from .lifecycle import Move
+from . import lifecycle
+from .lifecycle import Move, State
 from .store import Dropbox
 
-#: The terminal state directories retention may empty, by directory name.
-TERMINAL = {"processed": State.ACKNOWLEDGED, "expired": State.EXPIRED, "error": State.DEAD_LETTER}
+#: The terminal state directories retention may empty, by directory name (lifecycle order).
+TERMINAL: dict[str, State] = {s.value: s for s in State if s in lifecycle.TERMINAL}
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

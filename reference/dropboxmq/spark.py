@@ -107,7 +107,7 @@ from pyspark.sql.types import StructType
 from . import codec, layout, topics
 from .clients import Registration, hold_for_checkpoint
 from .errors import InvalidClientIDError, StoreError
-from .lifecycle import Move, State
+from .lifecycle import TERMINAL, Move, State
 from .message import (
     CLASS_LETTERS,
     DeliveryMode,
@@ -153,6 +153,10 @@ _STAMPED = {"state", "name", "message_id", "timestamp", "delivery_time", "delive
             "expiration"}
 _CLASS_BY_NAME = {v: k for k, v in CLASS_LETTERS.items()}
 _STATES_BY_WORD = {s.value: s for s in State if s.value is not None}
+#: The state directories a read may ``include`` besides target/ (lifecycle.TRANSITIONS' states:
+#: the claimed one, the terminal ones, then the uncommitted), and "delayed" (target/ files not due).
+_BROWSABLE = tuple(s.value for s in (State.DELIVERED, *(s for s in State if s in TERMINAL), State.NOT_COMMITTED))
+_INCLUDABLE = frozenset(_BROWSABLE) | {"delayed"}
 
 
 def register(spark: Any) -> None:
@@ -312,8 +316,8 @@ class DropboxMQBatchReader(DataSourceReader):
         self.box = _read_box(self.root, _destination(options))
         include = {w.strip().lower() for w in (options.get("include") or "").split(",") if w.strip()}
         if "all" in include:
-            include |= {"processing", "processed", "expired", "error", "working", "delayed"}
-        unknown = include - {"processing", "processed", "expired", "error", "working", "delayed", "all"}
+            include |= _INCLUDABLE
+        unknown = include - _INCLUDABLE - {"all"}
         if unknown:
             raise ValueError(f"dropboxmq: unknown include {sorted(unknown)} "
                              "(processing, processed, expired, error, working, delayed, all)")
@@ -334,7 +338,7 @@ class DropboxMQBatchReader(DataSourceReader):
             if self.selector is not None and not self.selector.matches(msg):
                 continue
             items.append((State.NEW.value, name))
-        for word in ("processing", "processed", "expired", "error", "working"):
+        for word in _BROWSABLE:
             if word in self.include:
                 state = _STATES_BY_WORD[word]
                 for name in sorted(self.box.list(state)):
