@@ -30,13 +30,12 @@ REPORTS := reports
 run: setup          ## the main job: the conformance suite on the embedded default (reference, shell, broken examples), TLC included
 	$(DMQ) conformance run --out $(REPORTS)/conformance --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
-conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml judges one implementation, ONLY=check id
+conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml (or a shipped one by name, e.g. activemq) judges one implementation, ONLY=check id
 	$(DMQ) conformance run $(if $(IMPL),--impl $(IMPL)) $(if $(ONLY),--only $(ONLY)) --out $(REPORTS)/conformance \
 	  --html $(REPORTS)/conformance.html --junit $(REPORTS)/conformance.xml
 
 conformance-spark: setup  ## Spark jobs under the suite: the data source's producer and consumer pass, Spark's own text writer and file stream source are caught
-	$(DMQ) conformance run --impl conformance/dropboxmq_conformance/spark/producer.toml --impl conformance/dropboxmq_conformance/spark/consumer.toml \
-	  --impl conformance/dropboxmq_conformance/spark/text-writer.toml --impl conformance/dropboxmq_conformance/spark/file-stream.toml \
+	$(DMQ) conformance run --impl spark-producer --impl spark-consumer --impl spark-text-writer --impl spark-file-stream \
 	  --out $(REPORTS)/conformance-spark --html $(REPORTS)/conformance-spark.html --junit $(REPORTS)/conformance-spark.xml
 
 test: setup         ## the whole suite, in parallel

@@ -9,6 +9,9 @@ import pytest
 
 from dropboxmq.session import Settings
 
+# the session-wide SparkSession fixture (``spark``); pyspark is imported only when a test asks for it
+pytest_plugins = ["spark_fixtures"]
+
 #: Fast polling for tests: nothing here waits on a fixed sleep, but receive(timeout)
 #: and listeners poll, so short intervals keep the suite quick.
 FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)

@@ -4,6 +4,7 @@ bodies, typos that create nothing, options in any place, progress only for peopl
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pty
@@ -68,7 +69,7 @@ def test_exec_handler_that_always_fails_backs_off_then_dead_letters(tmp_path: Pa
     assert "1 message(s) not handled" in result.stderr.splitlines()[-1]
     times = [float(t) for t in log.read_text().split()]
     assert len(times) == 10  # max_delivery_attempts, then error/
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # the k-th redelivery waits at least 0.002 * 2**(k-1) s: 9 gaps, >= 1.022 s in all
     assert sum(gaps) >= 0.002 * (2 ** 9 - 1) - 0.01  # (a millisecond clock: each gap may be ~1 ms short)
     assert gaps[-1] >= 0.002 * 2 ** 8 - 0.002

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -252,7 +253,7 @@ def test_message_id_format_and_strict_order():
     for i in ids:
         assert ID_RE.fullmatch(i), i
     prefixes = [int(i[3:].split("-")[0]) for i in ids]
-    assert all(a < b for a, b in zip(prefixes, prefixes[1:]))
+    assert all(a < b for a, b in itertools.pairwise(prefixes))
     assert len(set(ids)) == len(ids)
 
 
@@ -271,7 +272,7 @@ def test_message_id_borrows_next_millisecond(monkeypatch):
     assert parts[1000][:2] == (str(frozen_ms + 1), "000")
     assert parts[2499][:2] == (str(frozen_ms + 2), "499")
     prefixes = [int(a + b) for a, b, _ in parts]
-    assert all(x < y for x, y in zip(prefixes, prefixes[1:]))
+    assert all(x < y for x, y in itertools.pairwise(prefixes))
     # the timestamp a reader derives is the (borrowed) millisecond
     assert decode_name(f"4.{ids[1000][3:]}.T").timestamp == frozen_ms + 1
 
@@ -675,7 +676,7 @@ def test_stream_round_trip_plain(values):
     data = encode_stream(values)
     _strict_json(data)
     back = decode_stream(data)
-    assert len(back) == len(values) and all(same_value(a, b) for a, b in zip(back, values))
+    assert len(back) == len(values) and all(same_value(a, b) for a, b in zip(back, values, strict=True))
 
 
 @DET
@@ -684,7 +685,7 @@ def test_stream_round_trip_typed(values):
     data = encode_stream(values)
     back = decode_stream(data, typed=True)
     assert len(back) == len(values)
-    for got, want in zip(back, values):
+    for got, want in zip(back, values, strict=True):
         if want is None:
             assert got is None
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -23,10 +24,13 @@ def test_top_level_exports_are_complete_and_listed() -> None:
         assert getattr(dropboxmq, name) is not None
     with pytest.raises(AttributeError):
         dropboxmq.NoSuchThing  # noqa: B018
-    package = Path(dropboxmq.__file__).parent
-    assert (package / "py.typed").is_file()
-    pyproject = (package.parent.parent / "pyproject.toml").read_text()
-    assert '"dropboxmq" = ["py.typed"]' in pyproject
+    import dropboxmq_conformance
+    import dropboxmq_stress
+
+    for pkg in (dropboxmq, dropboxmq_conformance, dropboxmq_stress):  # typed, and shipped as such
+        assert (Path(pkg.__file__).parent / "py.typed").is_file(), pkg.__name__
+    pyproject = (Path(dropboxmq.__file__).parents[2] / "pyproject.toml").read_text()
+    assert '"*" = ["py.typed",' in pyproject
 
 
 def test_text_message_takes_str() -> None:
@@ -166,8 +170,8 @@ def test_failing_listener_is_retried_with_exponential_backoff_then_dead_lettered
         deadline = time.monotonic() + 10
         while counts(tmp_path, "q")["error"] == 0 and time.monotonic() < deadline:
             time.sleep(0.01)  # polling the outcome, not synchronising: the 6th claim dead-letters
-    gaps = [b - a for a, b in zip(rec.times, rec.times[1:])]
-    assert [g >= want - SLACK for g, want in zip(gaps, (0.02, 0.04, 0.05, 0.05))] == [True] * 4, gaps
+    gaps = [b - a for a, b in itertools.pairwise(rec.times)]
+    assert [g >= want - SLACK for g, want in zip(gaps, (0.02, 0.04, 0.05, 0.05), strict=True)] == [True] * 4, gaps
     assert counts(tmp_path, "q")["error"] == 1 and len(rec.times) == 5
 
 
@@ -175,7 +179,7 @@ def test_default_settings_do_not_burn_every_attempt_at_once(tmp_path: Path) -> N
     rec = Recorder(fail=True, stop_after=3)
     with Connection(tmp_path) as conn:
         _listen(conn, rec)
-    gaps = [b - a for a, b in zip(rec.times, rec.times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(rec.times)]
     assert gaps[0] >= 0.1 - SLACK and gaps[1] >= 0.2 - SLACK, gaps
     assert counts(tmp_path, "q")["error"] == 0
 

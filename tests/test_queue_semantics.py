@@ -20,7 +20,7 @@ from dropboxmq.errors import (
     NameTooLongError,
     UnsupportedFileSystemError,
 )
-from dropboxmq.lifecycle import Move, State
+from dropboxmq.lifecycle import Move
 from dropboxmq.message import (
     BytesMessage,
     DeliveryMode,
@@ -231,7 +231,7 @@ def test_rollback_discards_sends(root):
     with Connection(root, "a", FAST) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
-        for i in range(3):
+        for _ in range(3):
             p.send(TextMessage(body=b"x"))
         s.rollback()
         assert counts(root, "Q1") == dict(working=0, target=0, processing=0, processed=0, expired=0, error=0)

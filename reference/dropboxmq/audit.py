@@ -36,6 +36,7 @@ Figures (``stress/dropboxmq_stress/checker.py``; values are the test's message i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from .extras import require
 
 __all__ = [
     "FIGURES", "FLAT_COLUMNS", "HistorySource", "flat_schema", "locate", "read_table", "figures_python",
@@ -91,7 +94,8 @@ def locate(path: str | Path) -> HistorySource:
         fmt = "parquet"
     else:
         fmt = "flat-jsonl" if (base / "flat-history").exists() or _looks_flat(files[0]) else "stress-jsonl"
-    final, case = {}, {}
+    final: dict[str, Any] = {}
+    case: dict[str, Any] = {}
     for d in (base, base / "history"):
         if not final and (d / "final-state.json").exists():
             final = json.loads((d / "final-state.json").read_text())
@@ -103,7 +107,7 @@ def locate(path: str | Path) -> HistorySource:
 def _looks_flat(path: Path) -> bool:
     """Flat JSON-lines: every value a string (never a list): decided on the first records."""
     with open(path, "rb") as f:
-        for _, line in zip(range(200), f):
+        for line in itertools.islice(f, 200):
             try:
                 rec = json.loads(line)
             except ValueError:
@@ -225,7 +229,7 @@ def figures_python(src: HistorySource) -> dict:
     if src.power_loss and candidates:
         last = sends_ok.filter(pc.is_in(sends_ok["value"], value_set=pa.array(candidates)))
         last = last.sort_by([("t", "ascending")])
-        for v, per in zip(last["value"].to_pylist(), last["persistent"].to_pylist()):
+        for v, per in zip(last["value"].to_pylist(), last["persistent"].to_pylist(), strict=True):
             persistent_of[v] = True if per is None else per  # the checker's .get("persistent", True)
     kills = table.filter(pc.and_(pc.and_(pc.equal(f, "kill"), pc.equal(typ, "info")),
                                  pc.is_valid(table["victim"])))
@@ -372,7 +376,7 @@ def consistency(root: str | Path) -> dict:
                     client, original = None, name
                 if codec.split_name(original) is None:
                     report["undecodable"].append(f"{display}/{state_dir}/{name}")
-                mid = codec.decode_name(original, 0).message_id
+                mid = codec.decode_name(original, 0).message_id or original
                 if mid in seen and seen[mid] != state_dir:
                     report["in-two-states"].append(f"{display}: {mid} in {seen[mid]}/ and {state_dir}/")
                 seen.setdefault(mid, state_dir)
@@ -410,6 +414,10 @@ def audit(ctx: click.Context, engine: str, history: Path | None, master: str, ch
     out: dict[str, Any] = {}
     clean = True
     if history is not None:
+        if engine == "spark":
+            require("dropboxmq audit --engine spark", "spark", "pyspark", "pyarrow")
+        else:
+            require("dropboxmq audit", "stress", "pyarrow")
         kwargs = {"master": master} if engine == "spark" else {}
         fig = figures(history, engine, **kwargs)
         out["figures"] = fig

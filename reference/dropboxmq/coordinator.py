@@ -99,7 +99,7 @@ class Coordinator:
         self.format_id = format_id
         self.on_step = on_step
         os.makedirs(self.dir, exist_ok=True)
-        self._lock_fd = os.open(self.dir / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._lock_fd: int | None = os.open(self.dir / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -42,7 +42,7 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
 def _consume(root: str, queue: str, index: int, producers_done, results) -> None:
     from .session import Connection
 
-    got: list[tuple[int, int]] = []
+    got: list[tuple[int, int, int]] = []
     started = time.perf_counter()
     with Connection(root) as conn:
         consumer = conn.create_session().create_consumer(Queue(queue))
@@ -60,7 +60,7 @@ def _collect(results, n: int, tick) -> list:
     """n reports from the worker processes, calling ``tick`` while none arrives."""
     import queue as queue_module
 
-    got = []
+    got: list[tuple] = []
     while len(got) < n:
         try:
             got.append(results.get(timeout=0.2))

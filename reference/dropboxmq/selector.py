@@ -436,6 +436,7 @@ def tokenize(text: str) -> list[Token]:
 def _lex_number(text: str, i: int, fail) -> Token:
     n = len(text)
     start = i
+    value: int | float
 
     def digits(j: int, ok: str) -> int:
         while j < n and text[j] in ok:

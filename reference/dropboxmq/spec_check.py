@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
+from .extras import require_tlc
 from .spec_models import Outcome, missing_coverage, models, run_model, sany_all
 from .spec_traces import validate_traces
 from .tlc import TlcResult, spec_dir
@@ -44,6 +45,7 @@ def spec() -> None:
 @click.option("--jobs", default=2, show_default=True, help="TLC runs at a time")
 def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> None:
     """SANY, CI models, mutants, witnesses, coverage; exit 1 on any surprise."""
+    require_tlc("dropboxmq spec check")
     from rich.console import Console
     from rich.table import Table
 
@@ -116,6 +118,7 @@ def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str, jo
 
     Exit 0 when every trace is accepted; 1 when one is rejected (the first event no
     Dropbox step matches is shown) or TLC could not decide (timeout, crash)."""
+    require_tlc("dropboxmq spec validate-trace")
     bad = 0
     for v in validate_traces(traces, timeout=timeout, workers=workers, jobs=jobs):
         if v.accepted:

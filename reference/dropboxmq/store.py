@@ -397,7 +397,7 @@ class Dropbox:
                 # A foreign producer reused a name: keep both, never overwrite.
                 return self._move_aside(self.file(source, name), destination, dst_name)
             raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
-                             f"{self.file(destination, dst_name)} already exists")
+                             f"{self.file(destination, dst_name)} already exists") from None
         except OSError as exc:
             raise _store_error(move.name.lower(), self.file(source, name), exc) from exc
         if durable:

@@ -37,6 +37,8 @@ def spec_dir() -> Path:
     ``dropboxmq_spec`` (the repository's spec/ folder in an editable install)."""
     env = os.environ.get("DROPBOXMQ_SPEC_DIR")
     if env:
+        if not (Path(env) / "Dropbox.tla").is_file():
+            raise FileNotFoundError(f"DROPBOXMQ_SPEC_DIR={env} holds no Dropbox.tla")
         return Path(env).resolve()
     main = _installed_spec_file("Dropbox.tla")
     if main is None:

@@ -263,9 +263,10 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
     client = None if kind in (SHARED_DURABLE, SHARED_NON_DURABLE) and conn.client_id_generated else conn.client_id
     info = SubscriptionInfo(kind, name, client, topic.name, selector, no_local)
     sub_id = info.sub_id()
-    if name_bytes(sub_id) > codec.MAX_NAME_BYTES:  # sub_id() allows only undecodable bytes
+    size = name_bytes(sub_id)
+    if size is None or size > codec.MAX_NAME_BYTES:  # sub_id() escapes all but undecodable bytes: never None
         raise InvalidDestinationError(
-            f"subscription name {name!r} is too long: its directory name would be {name_bytes(sub_id)} bytes, "
+            f"subscription name {name!r} is too long: its directory name would be {size} bytes, "
             f"over the {codec.MAX_NAME_BYTES}-byte limit")
     subs_dir = layout.subscriptions_dir(root, topic)
     ensure_dir(subs_dir)

@@ -74,6 +74,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from dropboxmq.extras import require
+
 BATCH = 100
 CONSUMER_COUNTS = (1, 2, 4, 8)
 _CHUNK = 32  # progress is advanced every _CHUNK messages (rich is not free)
@@ -1346,6 +1348,8 @@ def main(messages, budget, size, rounds, backlogs, sample, backlog_budget, mc_me
     tables of rates, ratios and the targets of issues 6 and 18 (hit/miss) and write them as JSON."""
     console = Console(stderr=True)
     out = Console() if sys.stdout.isatty() else Console(width=130)
+    if report_file is None:
+        require("python -m dropboxmq_stress.bench", "bench", "multiprocess")
     if report_file is not None:
         result = json.loads(report_file.read_text(encoding="utf-8"))
         render(result, out)

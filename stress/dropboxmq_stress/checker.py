@@ -36,6 +36,7 @@ quarantined acknowledged message unless the case injected I/O errors).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -47,7 +48,7 @@ from .history import read_history
 
 def percentiles(xs: list[float], ps=(50, 90, 99, 99.9)) -> dict[str, float | None]:
     if not xs:
-        return {f"p{p:g}": None for p in ps} | {"max": None, "mean": None, "n": 0}
+        return {**{f"p{p:g}": None for p in ps}, "max": None, "mean": None, "n": 0}
     s = sorted(xs)
     out: dict[str, Any] = {}
     for p in ps:
@@ -76,7 +77,6 @@ def check(records: Iterable[dict], final_state: dict | None = None, *, allow_qua
     deliveries: dict[str, list[dict]] = defaultdict(list)
     foreign: list[dict] = []
     corrupt: list[dict] = []
-    acks: dict[str, list[tuple[float, str]]] = defaultdict(list)  # process -> [(t, kind)] per value below
     ack_ok: dict[tuple[str, str], float] = {}  # (process, value) -> first time acked
     ack_trouble: dict[tuple[str, str], str] = {}  # (process, value) -> "ack failed: ..." / "rollback"
     killed: dict[str, float] = {}  # process -> kill time
@@ -197,7 +197,7 @@ def check(records: Iterable[dict], final_state: dict | None = None, *, allow_qua
         if len(ds) < 2:
             continue
         duplicated[v] = len(ds)
-        for prev, nxt in zip(ds, ds[1:]):
+        for prev, nxt in itertools.pairwise(ds):
             p = prev["p"]
             why = None
             acked_at = ack_ok.get((p, v))

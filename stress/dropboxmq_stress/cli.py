@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from dropboxmq.extras import require
+
 SUMMARY_KEYS = ("valid", "attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
                 "unexpected-count", "recovered-count", "in-doubt-count", "quarantined-count",
                 "duplicates-explained", "duplicates-unexplained", "corrupt-count", "acked-unobserved-count",
@@ -54,6 +56,7 @@ def stress() -> None:
 def run_cmd(profile_name: str, out: Path, seed: int | None, only: tuple[str, ...], duration_scale: float,
             baseline: Path | None, tolerance: float) -> None:
     """Run a profile; write OUT/report.json, OUT/report.html and OUT/<case>/history/*.jsonl."""
+    require("dropboxmq stress run", "stress", "multiprocess")
     from . import faults, run
 
     cases = run.with_overrides(run.profile(profile_name, seed), duration_scale, only)

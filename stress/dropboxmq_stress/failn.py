@@ -26,6 +26,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from . import checker, faults
 from .history import History
@@ -175,9 +176,9 @@ def _child(op: str, action: str, n: int, rename_path: str, root: str, hist_dir: 
         outcome = f"child error {type(exc).__name__}: {exc}"
     plan.counting = False
     fired = plan.fired[0] if plan.fired else None
-    with open(result, "w") as f:
+    with open(result, "w") as out:
         json.dump({"count": plan.count, "trace": plan.trace, "outcome": outcome,
-                   "kind": fired.kind if fired else None, "via": fired.via if fired else None}, f)
+                   "kind": fired.kind if fired else None, "via": fired.via if fired else None}, out)
     try:
         conn.close()
     except Exception as exc:  # noqa: BLE001
@@ -214,7 +215,7 @@ def trial(op: str, action: str, n: int, rename_path: str, work: Path) -> dict:
     nem = History(hist_dir, "nemesis")
     if proc.exitcode and proc.exitcode < 0:
         nem.record("info", "kill", victim="t1.1", nemesis=True, detail=f"{action} at call {n}")
-    res = json.loads(result.read_text()) if result.exists() else {"count": n, "outcome": "killed", "kind": None}
+    res: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {"count": n, "outcome": "killed", "kind": None}
     if res.get("kind") is None:
         for r in (json.loads(line) for line in (hist_dir / "t1.1.jsonl").read_text().splitlines() if line):
             if r.get("f") == "fault":

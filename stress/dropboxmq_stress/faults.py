@@ -137,7 +137,7 @@ class Plan:
     kinds: tuple[str, ...] = KINDS
     seed: int | None = None
     counting: bool = False  # only count while an operation under test runs
-    on_fire: Callable[[Fired], None] | None = None
+    on_fire: Callable[[Fired], object] | None = None  # its result is ignored
     count: int = 0
     trace: list[str] = field(default_factory=list)
     fired: list[Fired] = field(default_factory=list)
@@ -241,8 +241,8 @@ def install(plan: Plan, rename_path: str = "renameat2") -> None:
     from dropboxmq import store, transaction
 
     faulty = FaultyOs(os, plan)
-    store.os = faulty  # type: ignore[attr-defined]
-    transaction.os = faulty  # type: ignore[attr-defined]
+    store.os = faulty  # type: ignore[assignment]
+    transaction.os = faulty  # type: ignore[assignment]
     if rename_path == "link" or store.renameat2 is None:
         store.noreplace_supported = False
         return

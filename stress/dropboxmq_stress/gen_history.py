@@ -16,6 +16,8 @@ import os
 import time
 from pathlib import Path
 
+from dropboxmq.extras import require_or_exit
+
 
 def generate(out: str | Path, rows: int, fmt: str = "parquet", files: int = 1, seed: int = 7) -> dict:
     import numpy as np
@@ -109,6 +111,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
+    require_or_exit("python -m dropboxmq_stress.gen_history", "stress", "pyarrow", "numpy")
     t = time.perf_counter()
     exp = generate(a.out, a.rows, a.format, a.files, a.seed)
     print(json.dumps(exp), f"({time.perf_counter() - t:.1f} s, {sum(f.stat().st_size for f in Path(a.out).rglob('*') if f.is_file()) / 1e6:.0f} MB)")

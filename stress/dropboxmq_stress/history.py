@@ -32,7 +32,7 @@ class History:
         self.process = process
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, f"{process}.jsonl")
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
     def record(self, type_: str, f: str, value: Any = None, **extra: Any) -> dict:
         rec = {"t": time.time(), "p": self.process, "type": type_, "f": f}
@@ -40,6 +40,8 @@ class History:
             rec["value"] = value
         rec.update(extra)
         line = (json.dumps(rec, ensure_ascii=True, default=str) + "\n").encode()
+        if self._fd is None:
+            raise ValueError(f"history {self.path} is closed")
         os.write(self._fd, line)  # one write per record: atomic w.r.t. SIGKILL
         return rec
 

@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from .history import History
 
@@ -165,7 +165,7 @@ def shutdown_xfs(mnt: Path) -> None:
     _run("xfs_io", "-x", "-c", "shutdown", str(mnt))
 
 
-def power_cycle(mnt: Path, img: Path, pids: list[int] = ()) -> list[int]:
+def power_cycle(mnt: Path, img: Path, pids: Sequence[int] = ()) -> list[int]:
     """Power loss: freeze ``pids``, shut the file system down without flushing its log,
     SIGKILL the frozen processes, unmount, mount again.  Returns pids that would not stop."""
     stuck = freeze(list(pids))

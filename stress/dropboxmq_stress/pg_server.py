@@ -124,7 +124,7 @@ class PgServer:
             os.chmod(self.base, 0o755)
         self._run(["initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                    "-N"])  # -N: no fsync of the fresh cluster (it is throw-away); much faster
-        for attempt in range(5):
+        for _ in range(5):
             self.port = free_port()
             opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.sock} "
                     f"-c max_prepared_transactions={self.max_prepared} "

@@ -49,12 +49,12 @@ def svg_series(series: dict[str, list[float]], bucket: float, events: list[dict]
     yticks = [(ys(ymax * bucket * f), f"{ymax * f:.3g}") for f in (0, 0.5, 1)]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" class="plot">',
              *_axes(title, "time since the start of the run (s)", ylabel, xticks, yticks)]
-    for (label, s), col in zip(series.items(), colours):
+    for s, col in zip(series.values(), colours, strict=False):  # more colours than series
         if not s:
             continue
         pts = " ".join(f"{xs(i):.1f},{ys(v):.1f}" for i, v in enumerate(s))
         parts.append(f'<polyline fill="none" stroke="{col}" stroke-width="1.5" points="{pts}"/>')
-    for k, (label, col) in enumerate(zip(series, colours)):
+    for k, (label, col) in enumerate(zip(series, colours, strict=False)):
         parts.append(f'<text x="{W - 150}" y="{14 + 12 * k}" font-size="11" fill="{col}">{_esc(label)}</text>')
     for e in events or []:
         x = left + span * (e["t"] / max(bucket, duration))

@@ -353,8 +353,8 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
         extra["injected"] = bad.n
         extra["skipped"] = dict(bad.skipped)
         bad.release_immutable(root)
-        stuck = [p for p in bad.immutable if p.exists()]
-        extra["immutable-left-in-target"] = len(stuck)
+        left = [p for p in bad.immutable if p.exists()]
+        extra["immutable-left-in-target"] = len(left)
     extra["recovery"] = finish(root, case, out, hist)
     if bad is not None:
         # consumers kept delivering good messages while garbage arrived

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dropboxmq.extras import require_or_exit
+
 
 def _session():
     os.environ.update({"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
@@ -64,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=20000, help="messages per figure (default 20000)")
     args = ap.parse_args()
+    require_or_exit("python -m dropboxmq_stress.spark_bench", "spark", "pyspark")
     figures = run(args.messages)
     print(json.dumps({k: round(v) for k, v in figures.items()}))
 

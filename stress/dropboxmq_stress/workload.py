@@ -142,7 +142,7 @@ def _err(exc: BaseException) -> dict:
 
 
 def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadline: float) -> None:
-    from dropboxmq.message import DeliveryMode, Queue
+    from dropboxmq.message import DeliveryMode, Message, Queue
     from dropboxmq.session import Connection
 
     hist = History(hist_dir, spec.name)
@@ -174,7 +174,7 @@ def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
         persistent = rng.random() < w.persistent_fraction
         prio = rng.choice(w.priorities)
         dm = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
-        msgs = []
+        msgs: list[Message] = []
         for v in values:
             m = plain.create_bytes_message(make_body(v, rng.randint(w.min_size, w.max_size)))
             m.set_property(VALUE_PROP, v)
@@ -187,8 +187,8 @@ def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
             elif mode == "many":
                 p_plain.send_many(msgs, delivery_mode=dm, priority=prio)
             else:
-                for m in msgs:
-                    p_tx.send(m, delivery_mode=dm, priority=prio)
+                for each in msgs:
+                    p_tx.send(each, delivery_mode=dm, priority=prio)
                 tx.commit()
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the run goes on
             hist.info("send", values, mode=mode, persistent=persistent, **_err(exc))
@@ -273,7 +273,7 @@ def consumer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
         received += 1
         value = record_receive(hist, msg, mode, prio=msg.priority)
         if mode in ("client", "transacted"):
-            pending.append(value if value is not None else msg.message_id)
+            pending.append(value if value is not None else str(msg.message_id))
             if len(pending) >= batch:
                 settle()
     settle(final=True)

@@ -36,7 +36,8 @@ from pathlib import Path
 
 from dropboxmq import xa
 from dropboxmq.coordinator import Coordinator
-from dropboxmq.message import Queue
+from dropboxmq.extras import require_or_exit
+from dropboxmq.message import Queue, TextMessage
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
 
 from .pg_server import PgServer
@@ -81,7 +82,7 @@ def run_idempotent(root: Path, dsn: str, n: int, table: str) -> list[float]:
         for _ in range(n):
             t0 = time.perf_counter()
             msg = consumer.receive(1)
-            assert msg is not None
+            assert isinstance(msg, TextMessage)
             pg.execute(f"INSERT INTO {table} (msg_id, body) VALUES (%s, %s) ON CONFLICT (msg_id) DO NOTHING",
                        (msg.message_id, msg.text))
             pg.commit()
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where the dropbox roots go")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    require_or_exit("python -m dropboxmq_stress.xa_bench", "bench", "psycopg")
     import psycopg
 
     server = None
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                     lat = run_idempotent(root, dsn, args.messages, table)
                 results[variant].extend(lat)
                 with psycopg.connect(dsn, autocommit=True) as c:
-                    got = c.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                    row = c.execute(f"SELECT count(*) FROM {table}").fetchone()
+                    got = row[0] if row else 0
                     c.execute(f"DROP TABLE {table}")
                 assert got == args.messages, (variant, got)
     finally:

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from common import session
+from common import session  # type: ignore[import-not-found]  # the script's folder is its sys.path[0]
 
 root, queue, client_id, out = sys.argv[1:5]
 per_trigger = os.environ.get("DROPBOXMQ_MAX_PER_TRIGGER", "5")

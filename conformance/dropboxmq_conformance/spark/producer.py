@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from common import session
+from common import session  # type: ignore[import-not-found]  # the script's folder is its sys.path[0]
 
 root, queue, body_dir, priority = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spark = session("dropboxmq-conformance-producer")

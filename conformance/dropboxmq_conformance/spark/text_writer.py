@@ -7,7 +7,7 @@
 import os
 import sys
 
-from common import session
+from common import session  # type: ignore[import-not-found]  # the script's folder is its sys.path[0]
 
 root, queue, body_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 spark = session("spark-text-writer")
