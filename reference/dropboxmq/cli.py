@@ -22,6 +22,7 @@ from rich.text import Text
 from rich.table import Table
 
 from . import __version__
+from .cli_root import require_root
 from .errors import DropboxMQError
 from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
@@ -172,15 +173,6 @@ def _connect(ctx: click.Context, client_id: str | None = None):
     from .session import Connection
 
     return Connection(ctx.obj["root"], client_id, allow_network_fs=ctx.obj["allow_network_fs"])
-
-
-def _require_root(ctx: click.Context) -> Path:
-    """The root for verbs that only look (or clean up): it must already exist."""
-    root = ctx.obj["root"]
-    if not os.path.isdir(root):
-        raise click.ClickException(f"no dropbox root at {root} (create one with 'dropboxmq --root {root} init "
-                                   "QUEUE', or pick another with --root or $DROPBOXMQ_ROOT)")
-    return root
 
 
 def _parse_boolean(text: str) -> bool:
@@ -552,7 +544,7 @@ def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     queue = Queue(name)
     if create or layout.queue_box(ctx.obj["root"], queue).exists() or topics.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
-    root = _require_root(ctx)
+    root = require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -747,7 +739,7 @@ def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local,
 def unsubscribe(ctx, name, client_id) -> None:
     """Remove the durable subscription NAME (shared or not) and its messages.
     Fails while it has an active consumer."""
-    _require_root(ctx)
+    require_root(ctx)
     with _connect(ctx, client_id) as conn:
         conn.create_session().unsubscribe(name)
     click.echo(f"unsubscribed {name}")
@@ -762,7 +754,7 @@ def distribute(ctx, follow, client_id) -> None:
     every matching subscription, each exactly once (several distributors may run)."""
     from .distributor import distribute as run_distributor
 
-    root = _require_root(ctx)
+    root = require_root(ctx)
 
     def show(topic, name, copies):
         click.echo(f"{topic.name}: {name} -> {copies} subscription(s)")
@@ -819,7 +811,7 @@ def stat(ctx, fmt, as_json, watch, interval, times) -> None:
       dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \\
         mv /var/lib/node_exporter/dropboxmq.prom.tmp /var/lib/node_exporter/dropboxmq.prom
     """
-    root = _require_root(ctx)
+    root = require_root(ctx)
     fmt = "json" if as_json else fmt
     if not watch:
         _show_stat(root, fmt, queue_stats(root), None)
@@ -966,7 +958,7 @@ def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> N
     from .clients import release_hold
     from .recovery import recover as run_recovery
 
-    root = _require_root(ctx)
+    root = require_root(ctx)
     for client in release:
         if not release_hold(root, client):
             raise click.UsageError(f"--release {client}: no checkpoint hold for that client id")
@@ -1042,7 +1034,7 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
     from . import layout
     from .retention import PruneResult, prune as prune_box
 
-    root = _require_root(ctx)
+    root = require_root(ctx)
     boxes = [(q, layout.queue_box(root, _known_queue(ctx, q, create=False))) for q in queues] \
         or list(layout.all_dropboxes(root))
     total = PruneResult()

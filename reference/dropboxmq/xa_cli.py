@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .cli_root import require_root
+
 console = Console()
 
 
 def _root(ctx: click.Context):
-    from .cli import _require_root
-
-    return _require_root(ctx.find_root())
+    return require_root(ctx.find_root())
 
 
 def _resolve(root, text: str):
