@@ -68,6 +68,10 @@ def test_quick_bench_writes_every_figure(tmp_path: Path, monkeypatch: pytest.Mon
     for size in ("300", "1k"):
         rounds = data["backlog"][size]["rounds"]
         assert rounds and all(_positive(r["claim_read_ack_us"]) for r in rounds)
+    # the memory target of the largest backlog: a fresh consumer process's peak, in MB, judged
+    rss = data["ratios"]["memory_backlog_rss"]
+    assert rss["unit"] == "MB" and 5 < rss["ratio"] < rss["goal"] and rss["met"] is True, rss
+    assert "1k backlog" in rss["description"]
 
     assert "non-persistent full cycle" in result.stdout.replace("\n", " ") or "dropboxmq" in result.stdout
     assert "targets" in result.stdout and ("hit" in result.stdout or "miss" in result.stdout)

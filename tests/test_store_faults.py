@@ -198,13 +198,17 @@ def test_rename_fallback_without_renameat2(root, monkeypatch):
     assert box.read(State.NEW, NAME) == b"x"
 
 
+def _path(name: str, dir_fd: int) -> str:
+    return name if dir_fd < 0 else os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+
+
 def _enospc_for(move_name: str, real):
     """rename_noreplace that fails with ENOSPC when the destination is ``move_name``/."""
 
-    def rename(src, dst):
-        if f"/{move_name}/" in dst:
+    def rename(src, dst, src_dir_fd=-100, dst_dir_fd=-100):  # (a held dropbox renames by name in a dir fd)
+        if f"/{move_name}/" in _path(dst, dst_dir_fd):
             raise oserror(errno.ENOSPC, dst)
-        return real(src, dst)
+        return real(src, dst, src_dir_fd, dst_dir_fd)
 
     return rename
 
@@ -293,3 +297,45 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
     assert report.transactions == {"rolled forward": 1}
     assert len(ls(root, "Q1", "processed")) == 1 and ls(root, "Q1", "processing") == []
     assert len(ls(root, "Q1", "target")) == 1 and ls(root, "Q1", "working") == []
+
+
+# ================================================================ held directories (dir fds)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("how", ["removed", "moved aside"])
+def test_a_consumer_follows_its_queue_removed_and_made_again(root, how):
+    """A consumer claims and reads by name in directories it holds open; when the queue is
+    removed (or moved aside) and made again under it, the old fds name another directory:
+    it must notice (not take every name for a lost race, and spin) and go on in the new one."""
+    import shutil
+
+    with Connection(root, "a", FAST) as a:
+        cons = a.create_session().create_consumer(Q)
+        with Connection(root, "b", FAST) as b:
+            b.create_session().create_producer(Q).send(TextMessage(body=b"1"))
+        assert cons.receive(1).text == "1"
+        if how == "removed":
+            shutil.rmtree(root / "Q1")
+        else:
+            os.rename(root / "Q1", root / "Q1-old")
+        with Connection(root, "b", FAST) as b:
+            b.create_session().create_producer(Q).send(TextMessage(body=b"2"))
+        assert cons.receive(1).text == "2"
+    assert counts(root, "Q1")["processed"] == 1 and counts(root, "Q1")["target"] == 0
+
+
+def test_held_directories_are_closed_with_the_consumer_and_the_connection(root):
+    before = _open_fds()
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session()
+        s.create_producer(Q).send(TextMessage(body=b"x"))
+        cons = s.create_consumer(Q)
+        assert cons.receive(1).text == "x"
+        during = _open_fds()
+        cons.close()
+        assert _open_fds() == during - 6  # the consumer's six state directories
+    assert _open_fds() == before

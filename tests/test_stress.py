@@ -347,10 +347,11 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
         def eio(*a, **k):
             raise OSError(errno.EIO, "Input/output error")
 
-        def no_error_dir(src, dst):
-            if "/error/" in dst:
+        def no_error_dir(src, dst, src_dir_fd=-100, dst_dir_fd=-100):  # (by name in a held dir fd)
+            where = dst if dst_dir_fd < 0 else os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), dst)
+            if "/error/" in where:
                 raise OSError(errno.EIO, "Input/output error", dst)
-            return real_rename(src, dst)
+            return real_rename(src, dst, src_dir_fd, dst_dir_fd)
 
         monkeypatch.setattr(store.Dropbox, "read", eio)
         monkeypatch.setattr(store, "rename_noreplace", no_error_dir)

@@ -176,6 +176,7 @@ from .message import (
     CLASS_LETTERS,
     DEFAULT_PRIORITY,
     MESSAGE_CLASSES,
+    DeliveryMode,
     Message,
     Property,
     Queue,
@@ -196,6 +197,11 @@ __all__ = [
     "encode_name",
     "decode_name",
     "with_delivery_count",
+    "DELIVERY_TIME_PROP",
+    "DELIVERY_MODE_PROP",
+    "to_wire",
+    "from_wire",
+    "now_ms",
     "processing_name",
     "split_processing_name",
     "may_be_bare_claim_of",
@@ -585,6 +591,9 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+now_ms = _now_ms  # the clock, ms since the epoch (the pure parts take the time as an argument)
+
+
 def _class_for(letter: str, default_class: str) -> type[Message]:
     cls = MESSAGE_CLASSES.get(letter)
     if cls is None:
@@ -874,6 +883,46 @@ def sort_key(name: str) -> tuple[int, int, int, str]:
     if m is not None:
         return (-prio, 0, int(m.group(1)), name)
     return (-prio, 1, 0, name)
+
+
+# ---------------------------------------------------------------- the wire mapping
+
+#: [ours] provider properties (JMS_<vendor>_ prefix, reserved by JMS for providers)
+#: carry what 1.2's name format has no field for.  Absent = the JMS default.
+DELIVERY_TIME_PROP = "JMS_DropboxMQ_DeliveryTime"  # L, ms since epoch (delivery delay)
+DELIVERY_MODE_PROP = "JMS_DropboxMQ_DeliveryMode"  # I, written only for NON_PERSISTENT
+
+
+def to_wire(msg: Message) -> str:
+    """The file name for ``msg`` (headers that 1.2 has no field for become provider props)."""
+    extra = dict(msg.properties)
+    extra.pop(DELIVERY_COUNT, None)
+    if msg.delivery_time and msg.delivery_time > msg.timestamp:
+        extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
+    if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
+        extra[DELIVERY_MODE_PROP] = Property("I", int(DeliveryMode.NON_PERSISTENT))
+    # Encode with the wire's properties and count swapped in, not a dataclasses.replace()
+    # copy (a copy of the whole message, body included, per send).
+    saved = msg.properties, msg.delivery_count
+    msg.properties, msg.delivery_count = extra, 1
+    try:
+        return encode_name(msg)
+    finally:
+        msg.properties, msg.delivery_count = saved
+
+
+def from_wire(name: str, now: int | None = None, claimed: bool = False) -> Message:
+    """The message a file name describes; ``claimed``: a processing/processed name, which
+    carries the current delivery count rather than the previous one."""
+    msg = decode_name(name, now, claimed=claimed)
+    props = msg.properties
+    dt = props.pop(DELIVERY_TIME_PROP, None)
+    if dt is not None and isinstance(dt.value, int):
+        msg.delivery_time = dt.value
+    dm = props.pop(DELIVERY_MODE_PROP, None)
+    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
+        msg.delivery_mode = DeliveryMode.NON_PERSISTENT
+    return msg
 
 
 # ---------------------------------------------------------------- bodies

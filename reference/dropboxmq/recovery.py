@@ -6,7 +6,7 @@ processing/ sweep could REDELIVER them):
 1. transaction logs of dead owners: committing/ rolled forward, the rest back;
 2. processing/ entries of dead owners: REDELIVER (they come back redelivered:
    our claim wrote the delivery count into the name; a foreign (1.2) claim kept
-   the name, so the count is stamped on the way back, ``session.redelivery_name``);
+   the name, so the count is stamped on the way back, ``redelivery_name``);
 3. orphaned working/ files older than ``orphan_age``, named by no transaction log
    and not held by a producer (working/'s lock): QUARANTINE to error/ (or DISCARD);
 4. NEW messages whose expiration passed: EXPIRE;
@@ -18,20 +18,24 @@ A root-wide flock serialises recoverers; live owners are never touched.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from . import layout
-from .clients import is_dead
-from .store import ensure_plain_dir
+from . import codec, layout
+from .clients import is_dead, live_clients
+from .codec import from_wire, now_ms
+from .store import Dropbox, ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
-from .session import from_wire, now_ms, reclaim_dead_owners
 from .topics import reclaim_orphans
-from .transaction import log_owner, logged_sends, pending_logs, recover_log
+from .transaction import log_owner, logged_sends, pending_logs, recover_log, recover_owner
+
+log = logging.getLogger("dropboxmq")
 
 
 @dataclass
@@ -171,3 +175,59 @@ def _linked_names(box, state: State) -> set[tuple[int, str]]:
         if st.st_nlink > 1:
             out.add((st.st_ino, name))
     return out
+
+
+# ---------------------------------------------------------------- dead owners' claims
+
+
+def redelivery_name(original: str) -> str:
+    """The name a dead owner's processing/ entry goes back to target/ under: it must carry
+    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
+    JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
+    one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
+    kept name that already carries n cannot be told from a stamped one: it stays, so the
+    flag is right, and the count is exact whenever the claim stamped it.)"""
+    return original if codec.name_delivery_count(original) else codec.with_delivery_count(original, 1)
+
+
+def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
+    """Could ``<state>/<name>`` be where a rename of ``processing/<pname>`` was going (or coming
+    from)?  CLAIM and REDELIVER change only the delivery count; ACK, EXPIRE and DEAD_LETTER
+    keep the name (or move it aside as ``<n>~<pname>``)."""
+    core = codec.without_delivery_count(original)
+
+    def renamed(state: State, name: str) -> bool:
+        if state is State.NEW:
+            return codec.without_delivery_count(name) == core
+        return name == pname or name.endswith("~" + pname)
+
+    return renamed
+
+
+def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
+    """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
+    moved = 0
+    verdicts: dict[str, bool] = {}
+    live: list[str] | None = None
+    for pname in box.list(State.DELIVERED):
+        client, original = codec.split_processing_name(pname)
+        if client is None:
+            dead = assume_unknown_dead
+        else:
+            if client not in verdicts:
+                verdicts[client] = is_dead(root, client, assume_unknown_dead)
+                if verdicts[client]:
+                    recover_owner(root, client)  # its committing/ log ACKs, the rest come back
+            dead = verdicts[client]
+            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
+                live = live_clients(root) if live is None else live
+                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
+        if dead:
+            try:
+                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
+                    continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
+                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
+                    moved += 1
+            except StoreError as exc:
+                log.warning("cannot redeliver %s: %s", pname, exc)
+    return moved

@@ -21,19 +21,19 @@ import contextlib
 import enum
 import errno
 import functools
-import heapq
 import logging
 import os
 import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
 from . import codec, layout, retention, topics
-from .clients import Registration, is_dead, live_clients
+from .decision import ClaimSettings, Verdict, decide
+from .clients import Registration
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
@@ -43,12 +43,12 @@ from .message import (
     MapMessage,
     Message,
     ObjectMessage,
-    Property,
     Queue,
     StreamMessage,
     TextMessage,
     Topic,
 )
+from .recovery import reclaim_dead_owners
 from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
 from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
 
@@ -70,15 +70,9 @@ CLIENT_ACKNOWLEDGE = AckMode.CLIENT_ACKNOWLEDGE
 DUPS_OK_ACKNOWLEDGE = AckMode.DUPS_OK_ACKNOWLEDGE
 SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
 
-#: [ours] provider properties (JMS_<vendor>_ prefix, reserved by JMS for providers)
-#: carry what 1.2's name format has no field for.  Absent = the JMS default.
-DELIVERY_TIME_PROP = "JMS_DropboxMQ_DeliveryTime"  # L, ms since epoch (delivery delay)
-DELIVERY_MODE_PROP = "JMS_DropboxMQ_DeliveryMode"  # I, written only for NON_PERSISTENT
-DELIVERY_COUNT_PROP = "JMSXDeliveryCount"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+DELIVERY_COUNT_PROP = codec.DELIVERY_COUNT
+DELIVERY_TIME_PROP, DELIVERY_MODE_PROP = codec.DELIVERY_TIME_PROP, codec.DELIVERY_MODE_PROP
+to_wire, from_wire, now_ms = codec.to_wire, codec.from_wire, codec.now_ms  # the wire mapping is the codec's
 
 
 @functools.lru_cache(maxsize=256)
@@ -108,41 +102,6 @@ class Settings:
     # Seconds to keep acknowledged and expired messages: consumers delete older ones as they
     # go (every recovery_interval), like `dropboxmq prune --older-than`.  None: keep them all.
     retention: float | None = None
-
-
-# ---------------------------------------------------------------- wire mapping
-
-
-def to_wire(msg: Message) -> str:
-    """The file name for ``msg`` (headers that 1.2 has no field for become provider props)."""
-    extra = dict(msg.properties)
-    extra.pop(DELIVERY_COUNT_PROP, None)
-    if msg.delivery_time and msg.delivery_time > msg.timestamp:
-        extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
-    if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
-        extra[DELIVERY_MODE_PROP] = Property("I", int(DeliveryMode.NON_PERSISTENT))
-    # Encode with the wire's properties and count swapped in, not a dataclasses.replace()
-    # copy (a copy of the whole message, body included, per send).
-    saved = msg.properties, msg.delivery_count
-    msg.properties, msg.delivery_count = extra, 1
-    try:
-        return codec.encode_name(msg)
-    finally:
-        msg.properties, msg.delivery_count = saved
-
-
-def from_wire(name: str, now: int | None = None, claimed: bool = False) -> Message:
-    """The message a file name describes; ``claimed``: a processing/processed name, which
-    carries the current delivery count rather than the previous one."""
-    msg = codec.decode_name(name, now, claimed=claimed)
-    props = msg.properties
-    dt = props.pop(DELIVERY_TIME_PROP, None)
-    if dt is not None and isinstance(dt.value, int):
-        msg.delivery_time = dt.value
-    dm = props.pop(DELIVERY_MODE_PROP, None)
-    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
-        msg.delivery_mode = DeliveryMode.NON_PERSISTENT
-    return msg
 
 
 # ---------------------------------------------------------------- connection
@@ -939,10 +898,11 @@ class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
                  selector_obj: "Selector | None" = None):
         self.session = session
-        self.box = box
+        self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
-        self._selector = selector_obj  # queues only; topics filter at fan-out
+        # the claim policy (decision.decide); a selector here on queues only: topics filter at fan-out
+        self._policy = ClaimSettings(selector_obj, session.settings.max_delivery_attempts)
         self._subscription: topics.Subscription | None = None
         self._attachment: topics.Attachment | None = None
         self._scanner = _Scanner(box, session.settings)
@@ -1031,6 +991,7 @@ class MessageConsumer:
         if self._closed:
             return
         self._closed = True
+        self.box.close()
         if self in self.session._consumers:
             self.session._consumers.remove(self)
         if self._subscription is not None and self._attachment is not None:
@@ -1091,26 +1052,18 @@ class MessageConsumer:
         return None
 
     def _try_claim(self, name: str, read_body: bool = True) -> Delivery | None:
-        box, settings, scanner = self.box, self.session.settings, self._scanner
+        """Execute decision.decide's verdict on ``name``: one lifecycle move each."""
+        box, scanner = self.box, self._scanner
         now = now_ms()
-        if self._selector is None and _nothing_holds_back(name):
-            header, count = None, 1  # decoded once claimed: a lost race costs no decode
-        else:
-            header = from_wire(name, now)
-            if self._selector is not None and not self._selector.matches(header):
-                scanner.skip.add(name)  # a name never changes: it will never match
-                return None
-            if header.delivery_time > now:
-                # Delivery delay not yet over: skip it until then (retrying it at once would
-                # relist and spin on it forever when it is the only name left).
-                self._deferred[name] = header.delivery_time
-                scanner.skip.add(name)
-                return None
-            if header.is_expired(now):
+        verdict, header, count, claimed, until, dead_letter = decide(name, now, self._policy)
+        if verdict is not Verdict.CLAIM:
+            if verdict is Verdict.EXPIRE:
                 box.move(Move.EXPIRE, State.NEW, name)
-                return None
-            count = header.delivery_count
-        claimed = codec.with_delivery_count(name, count)  # the name it returns under, if redelivered
+            else:  # SKIP: a name never changes, it will never match; DEFER: not before `until`
+                if verdict is Verdict.DEFER:
+                    self._deferred[name] = until
+                scanner.skip.add(name)
+            return None
         pname = codec.processing_name(self.session.connection.client_id, claimed)
         try:
             if not box.move(Move.CLAIM, State.NEW, name, pname):
@@ -1122,7 +1075,7 @@ class MessageConsumer:
             log.warning("cannot claim %s, skipping it: %s", name, exc)
             scanner.skip.add(name)
             return None
-        if count > settings.max_delivery_attempts:
+        if dead_letter:
             log.warning("%s delivered %d times: dead-lettered", name, count - 1)
             box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
             return None
@@ -1147,70 +1100,6 @@ class MessageConsumer:
         header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]
         return Delivery(box, pname, claimed, header, body_file)
-
-
-def _nothing_holds_back(name: str) -> bool:
-    """Can a consumer without a selector claim ``name`` before decoding it?  Yes when nothing
-    in it could keep the claim back or change the processing name: no expiration field, no
-    delivery time, no delivery count yet (so this is delivery 1), and no escape that could
-    hide one of them.  Anything else is decoded first, as always."""
-    if "%" in name or DELIVERY_TIME_PROP in name or DELIVERY_COUNT_PROP in name:
-        return False
-    fields = name.split(".", 4)
-    return len(fields) < 4 or not fields[3]
-
-
-def redelivery_name(original: str) -> str:
-    """The name a dead owner's processing/ entry goes back to target/ under: it must carry
-    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
-    JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
-    one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
-    kept name that already carries n cannot be told from a stamped one: it stays, so the
-    flag is right, and the count is exact whenever the claim stamped it.)"""
-    return original if codec.name_delivery_count(original) else codec.with_delivery_count(original, 1)
-
-
-def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
-    """Could ``<state>/<name>`` be where a rename of ``processing/<pname>`` was going (or coming
-    from)?  CLAIM and REDELIVER change only the delivery count; ACK, EXPIRE and DEAD_LETTER
-    keep the name (or move it aside as ``<n>~<pname>``)."""
-    core = codec.without_delivery_count(original)
-
-    def renamed(state: State, name: str) -> bool:
-        if state is State.NEW:
-            return codec.without_delivery_count(name) == core
-        return name == pname or name.endswith("~" + pname)
-
-    return renamed
-
-
-def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
-    """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
-    moved = 0
-    verdicts: dict[str, bool] = {}
-    live: list[str] | None = None
-    for pname in box.list(State.DELIVERED):
-        client, original = codec.split_processing_name(pname)
-        if client is None:
-            dead = assume_unknown_dead
-        else:
-            if client not in verdicts:
-                verdicts[client] = is_dead(root, client, assume_unknown_dead)
-                if verdicts[client]:
-                    recover_owner(root, client)  # its committing/ log ACKs, the rest come back
-            dead = verdicts[client]
-            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
-                live = live_clients(root) if live is None else live
-                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
-        if dead:
-            try:
-                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
-                    continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
-                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
-                    moved += 1
-            except StoreError as exc:
-                log.warning("cannot redeliver %s: %s", pname, exc)
-    return moved
 
 
 class QueueBrowser:

@@ -33,7 +33,7 @@ Theory of operation
 ===================
 
 Spark follows exactly the protocol of every other client: names come from ``codec`` via
-``session.to_wire`` / ``from_wire``, every state change is a ``store.Dropbox.move`` of a
+``codec.to_wire`` / ``from_wire``, every state change is a ``store.Dropbox.move`` of a
 ``lifecycle.Move``, and commits go through ``transaction`` logs.
 
 *Batch read* lists the requested state directories on the driver (one listing, never one task per
@@ -118,14 +118,11 @@ from .message import (
     infer_letter,
     message_for_letter,
 )
-from .session import (
-    DELIVERY_COUNT_PROP,
-    from_wire,
-    now_ms,
-    reclaim_dead_owners,
-    selector_for,
-    to_wire,
-)
+from .codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
+from .codec import from_wire, now_ms, to_wire
+from .decision import ClaimSettings, Verdict, decide
+from .recovery import reclaim_dead_owners
+from .session import selector_for
 from .store import Dropbox, NotARegularFile, _fsync_dir, sync_many
 from .transaction import (
     ASSOCIATED,
@@ -796,27 +793,27 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         selector = selector_for(self.selector_text) if self.selector_text else None
         out: list[str] = []
         now = now_ms()
+        policy = ClaimSettings(selector, self.max_attempts)
         for name in names:
             if len(out) >= cap:
                 break
-            header = from_wire(name, now)
-            if selector is not None and not selector.matches(header):
+            verdict, _, _, claimed, _, dead_letter = decide(name, now, policy)
+            if verdict is Verdict.SKIP:
                 self._skip.add(name)
                 continue
-            if header.delivery_time > now:
+            if verdict is Verdict.DEFER:
                 continue
-            if header.is_expired(now):
+            if verdict is Verdict.EXPIRE:
                 box.move(Move.EXPIRE, State.NEW, name)
                 continue
-            count = header.delivery_count
-            pname = codec.processing_name(self.client_id, codec.with_delivery_count(name, count))
+            pname = codec.processing_name(self.client_id, claimed)
             try:
                 if not box.move(Move.CLAIM, State.NEW, name, pname):
                     continue  # lost the race
             except StoreError:
                 self._skip.add(name)
                 continue
-            if count > self.max_attempts:
+            if dead_letter:
                 box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
                 continue
             out.append(pname)

@@ -24,14 +24,16 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 MAX_NAME_BYTES = 255
+_T = TypeVar("_T")
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # ---------------------------------------------------------------- rename without replace
 
@@ -48,8 +50,9 @@ _noreplace_supported = _renameat2 is not None
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
-def rename_noreplace(src: str, dst: str) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.
+def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
+    directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
 
     renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
     Elsewhere link()+unlink(): never replaces either, and a crash between the
@@ -62,14 +65,18 @@ def rename_noreplace(src: str, dst: str) -> None:
             src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
         else:
             src_b, dst_b = os.fsencode(src), os.fsencode(dst)
-        if _renameat2(_AT_FDCWD, src_b, _AT_FDCWD, dst_b, _RENAME_NOREPLACE) == 0:
+        if _renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(err, os.strerror(err), src, None, dst)
         _noreplace_supported = False
-    os.link(src, dst, follow_symlinks=False)
-    os.unlink(src)
+    if src_dir_fd == _AT_FDCWD and dst_dir_fd == _AT_FDCWD:
+        os.link(src, dst, follow_symlinks=False)
+        os.unlink(src)
+    else:
+        os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
+        os.unlink(src, dir_fd=src_dir_fd)
 
 
 # ---------------------------------------------------------------- file-system checks
@@ -150,6 +157,10 @@ class Dropbox:
         self.path = Path(path)
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
+        # hold_dirs(): every state directory open (state -> fd) from the first use until
+        # close(), so a move or read is one *at call on a name, with no path walk
+        self._hold = False
+        self._fds: dict[State, int] | None = None
 
     def _check_plain(self, state: State) -> None:
         """Before the first write into a state directory: a symlink there (or for the
@@ -167,6 +178,70 @@ class Dropbox:
 
     def __repr__(self) -> str:
         return f"Dropbox({str(self.path)!r})"
+
+    # --- held directories (a long-lived consumer's or producer's dropbox)
+    def hold_dirs(self) -> "Dropbox":
+        """Open the six state directories now and keep them open until :meth:`close`: moves,
+        creates and reads then name files relative to them (no path walk).  A directory
+        removed or replaced is noticed at the first name it no longer has: every fd is
+        dropped and the call is made again by path.  Without renameat2 (the link()+unlink()
+        fallback) moves go by path.  Opened here, not at the first move, so a consumer's
+        claims make the same system calls from the first one on (fail-at-N counts them)."""
+        self._hold = True
+        self._held()
+        return self
+
+    def close(self) -> None:
+        """Close the held directories; later calls walk the path again."""
+        fds, self._fds, self._hold = self._fds, None, False
+        for fd in (fds or {}).values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fds": None}  # fds do not travel to another process
+
+    def _held(self) -> dict[State, int] | None:
+        """The held directory fds, opened on first use; None when not held, or when one of
+        them cannot be opened (a missing directory: the path-based call says what is wrong)."""
+        fds = self._fds
+        if fds is None and self._hold:
+            fds = {}
+            try:
+                for state, path in self._dirs.items():
+                    fds[state] = os.open(path, _O_DIR)
+            except OSError:
+                for fd in fds.values():
+                    os.close(fd)
+                return None
+            self._fds = fds
+        return fds
+
+    def _went_away(self, *states: State) -> bool:
+        """Is one of these held directories no longer the one at its path (removed, or moved
+        aside and made again)?  Then drop every held fd (the next call reopens them by path)
+        and say so: the caller tries again.  Asked only when a name was not found, so a lost
+        race costs two stat calls."""
+        fds = self._fds
+        if fds is None:
+            return False
+        for state in states:
+            try:
+                held, there = os.fstat(fds[state]), os.lstat(self._dirs[state])
+                gone = (held.st_ino, held.st_dev) != (there.st_ino, there.st_dev)
+            except OSError:
+                gone = True
+            if gone:
+                self._fds = None
+                for fd in fds.values():
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                return True
+        return False
 
     # --- layout
     def ensure(self) -> "Dropbox":
@@ -187,7 +262,7 @@ class Dropbox:
 
     def sync(self, *states: State) -> None:
         """fsync the given state directories (group commit of renames)."""
-        for state in states:
+        for state in states:  # (by path, not a held fd: one open more, next to an fsync)
             _fsync_dir(self._dirs[state])
 
     @contextlib.contextmanager
@@ -241,7 +316,14 @@ class Dropbox:
         path = self.file(State.NOT_COMMITTED, name)
         self._check_plain(State.NOT_COMMITTED)
         try:
-            fd = os.open(path, _O_CREATE, 0o644)
+            fds = self._fds if self._fds is not None else self._held()
+            try:
+                fd = os.open(path if fds is None else name, _O_CREATE, 0o644,
+                             dir_fd=None if fds is None else fds[State.NOT_COMMITTED])
+            except FileNotFoundError:
+                if not self._went_away(State.NOT_COMMITTED):
+                    raise
+                fd = os.open(path, _O_CREATE, 0o644)
         except OSError as exc:
             raise _store_error("create", path, exc) from exc
         try:
@@ -275,9 +357,11 @@ class Dropbox:
         destination = next_state(source, move)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
-        src = self.file(source, name)
-        self._check_plain(source)
+        plain = self._plain
+        if source not in plain:
+            self._check_plain(source)
         if destination is State.ABSENT:
+            src = self.file(source, name)
             try:
                 os.unlink(src)
             except FileNotFoundError:
@@ -285,21 +369,31 @@ class Dropbox:
             except OSError as exc:
                 raise _store_error("delete", src, exc) from exc
             return True
-        dst = self.file(destination, new_name or name)
-        self._check_plain(destination)
+        if destination not in plain:
+            self._check_plain(destination)
+        dst_name = new_name or name
+        fds = None  # without renameat2 the link()+unlink() fallback goes by path (as the fault harness counts it)
+        if _noreplace_supported:
+            fds = self._fds if self._fds is not None else self._held()
         try:
-            rename_noreplace(src, dst)
+            if fds is None:
+                rename_noreplace(self.file(source, name), self.file(destination, dst_name))
+            else:
+                rename_noreplace(name, dst_name, fds[source], fds[destination])
         except FileNotFoundError:
+            if self._went_away(source, destination):
+                return self.move(move, source, name, new_name, durable=durable)
             return False
         except FileExistsError:
             if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
                 # A foreign producer reused a name: keep both, never overwrite.
-                return self._move_aside(src, destination, new_name or name)
-            raise StoreError(f"cannot {move.name.lower()} {src}: {dst} already exists")
+                return self._move_aside(self.file(source, name), destination, dst_name)
+            raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
+                             f"{self.file(destination, dst_name)} already exists")
         except OSError as exc:
-            raise _store_error(move.name.lower(), src, exc) from exc
+            raise _store_error(move.name.lower(), self.file(source, name), exc) from exc
         if durable:
-            _fsync_dir(self._dirs[destination])
+            self.sync(destination)
         return True
 
     def _move_aside(self, src: str, destination: State, name: str) -> bool:
@@ -321,12 +415,24 @@ class Dropbox:
         """A message body as an open binary file, to stream a large body instead of reading
         it whole (NotARegularFile: see :func:`open_regular`).  The file stays readable after
         the message moves on (same inode)."""
-        return os.fdopen(open_regular(self.file(state, name)), "rb")
+        return os.fdopen(self._at(state, name, lambda where, dir_fd: open_regular(where, dir_fd=dir_fd)), "rb")
 
     def read(self, state: State, name: str) -> bytes:
         """Read a message body.  Symlinks, FIFOs, directories and other non-regular
         files raise NotARegularFile (they are quarantined, never delivered)."""
-        return read_regular_file(self.file(state, name))
+        return self._at(state, name, read_regular_file)
+
+    def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
+        """``call(name, fd of state/)`` when held, else ``call(path, AT_FDCWD)``; by path
+        once more when the held directory turns out to have gone away."""
+        fds = self._fds if self._fds is not None else self._held()
+        if fds is not None:
+            try:
+                return call(name, fds[state])
+            except FileNotFoundError:
+                if not self._went_away(state):
+                    raise
+        return call(self.file(state, name), _AT_FDCWD)
 
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
@@ -387,37 +493,49 @@ class NotARegularFile(OSError):
     """A symlink, FIFO, device or directory where a message file should be."""
 
 
-def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:
     """Open a file the library expects to be its own regular file: never following a
     symlink, never blocking (a FIFO opens at once instead of waiting for a writer), and
-    checked with fstat.  NotARegularFile for anything else; the fd is blocking again."""
+    checked with fstat.  NotARegularFile for anything else; the fd is blocking again.
+    ``dir_fd``: ``path`` is a name in that directory."""
+    fd, _ = _open_regular_stat(path, flags, mode, dir_fd)
+    if flags & os.O_ACCMODE != os.O_RDONLY:  # (O_NONBLOCK means nothing to a regular file's reads)
+        try:
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode,
+                     dir_fd=None if dir_fd == _AT_FDCWD else dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
         raise
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
-        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 _READ_CAP = 1 << 30  # one read() returns at most 0x7ffff000 bytes on Linux anyway
 
 
-def read_regular_file(path: str | Path) -> bytes:
+def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
     """The whole content of a regular file (see :func:`open_regular`), read until its end:
     one read() never returns more than 0x7ffff000 bytes on Linux, so a short read is the
     end only once the size fstat reported has been read."""
-    fd = open_regular(path)
+    fd, st = _open_regular_stat(path, os.O_RDONLY, 0, dir_fd)
     try:
-        size = os.fstat(fd).st_size
-        chunks, total = [], 0
+        chunks, total, size = [], 0, st.st_size
         while True:
             want = min(max(size - total + 1, 65536), _READ_CAP)
             chunk = os.read(fd, want)

@@ -37,7 +37,7 @@ Prepare (the branch is then immune to every dead-owner sweep):
    xid's hash).  A rename within one directory is not a state change -- the
    message stays NOT_COMMITTED / DELIVERED -- but dot-names are never listed
    (``store.Dropbox.list``), so neither the processing/ sweep of dead owners
-   (``session.reclaim_dead_owners``, even with ``assume_unknown_dead``) nor the
+   (``recovery.reclaim_dead_owners``, even with ``assume_unknown_dead``) nor the
    orphan sweep of working/ (``recovery._sweep_working``) can touch a parked
    file: a prepared receive is never redelivered and a prepared send never
    quarantined while the branch waits for its coordinator;

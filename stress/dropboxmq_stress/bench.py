@@ -227,165 +227,7 @@ FLOOR_DURABILITY = {
 }
 _MODES = {"nosync": 0, "fsync": 1, "group100": 2, "fsyncfile": 3}
 
-FLOOR_C = r"""
-/* dropboxmq bench floor: the protocol's file operations with no library. */
-#define _GNU_SOURCE
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE 1
-#endif
-#define PATHMAX 4096
-
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void die(const char *what, const char *path) { fprintf(stderr, "%s %s: %s\n", what, path, strerror(errno)); exit(2); }
-static int mv(const char *a, const char *b) {
-    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_NOREPLACE) == 0) return 0;
-    if (errno != EINVAL && errno != ENOSYS) return -1;
-    if (link(a, b) != 0) return -1;
-    return unlink(a);
-}
-static void fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) die("fsync", path);
-    close(fd);
-}
-static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-/* one listing of dir (dot-files skipped), sorted; *n = how many */
-static char **list_sorted(const char *dir, long cap, long *n) {
-    DIR *d = opendir(dir); if (!d) die("opendir", dir);
-    long nn = 0; char **names = malloc(cap * sizeof *names);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (nn == cap) { cap *= 2; names = realloc(names, cap * sizeof *names); }
-        names[nn++] = strdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, nn, sizeof *names, cmp);
-    *n = nn;
-    return names;
-}
-
-/* fill DIR START COUNT SIZE PREFIX SUFFIX: COUNT files PREFIX<START+i>-<10 digits>SUFFIX in DIR */
-static int fill(char **av) {
-    const char *dir = av[0]; unsigned long long start = strtoull(av[1], 0, 10); long n = atol(av[2]);
-    size_t size = (size_t)atol(av[3]); const char *prefix = av[4], *suffix = av[5];
-    char *body = calloc(1, size + 1); memset(body, 'x', size);
-    char path[PATHMAX];
-    for (long i = 0; i < n; i++) {
-        snprintf(path, sizeof path, "%s/%s%llu-%010ld%s", dir, prefix, start + i, (i * 7919L) % 10000000000L, suffix);
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0) die("create", path);
-        if (size && write(fd, body, size) != (ssize_t)size) die("write", path);
-        close(fd);
-    }
-    return 0;
-}
-
-static void name_of(char *out, const char *dir, long stamp, long i) {
-    snprintf(out, PATHMAX, "%s/4.%ld%06ld-%010ld.T", dir, stamp, i, (i * 7919L) % 10000000000L);
-}
-
-/* cycle BASE LIMIT SIZE MODE BUDGET: MODE 0 nosync, 1 fsync, 2 group100 (send only),
-   3 fsync the file only (send only). 
-   prints: sent send_seconds received receive_seconds */
-static int cycle(char **av) {
-    const char *base = av[0]; long limit = atol(av[1]); size_t size = (size_t)atol(av[2]);
-    int mode = atoi(av[3]); double budget = atof(av[4]);
-    static char work[PATHMAX], target[PATHMAX], proc[PATHMAX], done[PATHMAX], a[PATHMAX], b[PATHMAX];
-    snprintf(work, sizeof work, "%s/working", base); snprintf(target, sizeof target, "%s/target", base);
-    snprintf(proc, sizeof proc, "%s/processing", base); snprintf(done, sizeof done, "%s/processed", base);
-    char *body = calloc(1, size + 1); memset(body, 'x', size);
-    char *buf = malloc(size + 65536);
-    long stamp = (long)time(0) * 1000L, sent = 0, got = 0;
-    int batch = mode == 2 ? 100 : 1;
-    double t0 = now(), deadline = t0 + budget;
-    while (sent < limit && now() < deadline) {
-        for (int k = 0; k < batch; k++) {
-            name_of(a, work, stamp, sent + k);
-            int fd = open(a, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-            if (fd < 0) die("create", a);
-            if (size && write(fd, body, size) != (ssize_t)size) die("write", a);
-            if (mode && fsync(fd) != 0) die("fsync", a);
-            close(fd);
-        }
-        for (int k = 0; k < batch; k++) {
-            name_of(a, work, stamp, sent + k); name_of(b, target, stamp, sent + k);
-            if (mv(a, b) != 0) die("rename", a);
-        }
-        if (mode == 1 || mode == 2) fsync_dir(target);
-        sent += batch;
-    }
-    double t1 = now();
-    if (mode >= 2) { printf("%ld %.9f 0 0\n", sent, t1 - t0); return 0; }
-    double r0 = now();
-    long nn; char **names = list_sorted(target, sent + 16, &nn);
-    for (long i = 0; i < nn && got < sent; i++) {
-        snprintf(a, sizeof a, "%s/%.200s", target, names[i]);
-        snprintf(b, sizeof b, "%s/c0000000001~%.200s", proc, names[i]);
-        if (mv(a, b) != 0) continue; /* lost race */
-        int fd = open(b, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) die("open", b);
-        if (read(fd, buf, size + 65536) < 0) die("read", b);
-        close(fd);
-        snprintf(a, sizeof a, "%s/c0000000001~%.200s", done, names[i]);
-        if (mv(b, a) != 0) die("rename", b);
-        if (mode) fsync_dir(done);
-        got++;
-    }
-    printf("%ld %.9f %ld %.9f\n", sent, t1 - t0, got, now() - r0);
-    return 0;
-}
-
-/* claim BASE SEED: one competing consumer draining BASE/target (start at a random place,
-   wrap around, skip lost races); prints: claimed start_monotonic end_monotonic */
-static int claim(char **av) {
-    const char *base = av[0]; unsigned seed = (unsigned)atol(av[1]);
-    static char target[PATHMAX], proc[PATHMAX], done[PATHMAX], a[PATHMAX], b[PATHMAX], buf[65536];
-    snprintf(target, sizeof target, "%s/target", base); snprintf(proc, sizeof proc, "%s/processing", base);
-    snprintf(done, sizeof done, "%s/processed", base);
-    double t0 = now();
-    long got = 0;
-    for (;;) {
-        long nn; char **names = list_sorted(target, 1024, &nn);
-        if (!nn) break;
-        long start = (long)(rand_r(&seed) % (unsigned)nn);
-        for (long j = 0; j < nn; j++) {
-            const char *n = names[(start + j) % nn];
-            snprintf(a, sizeof a, "%s/%.200s", target, n);
-            snprintf(b, sizeof b, "%s/c%u~%.200s", proc, seed, n);
-            if (mv(a, b) != 0) continue; /* lost race */
-            int fd = open(b, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-            if (fd < 0) die("open", b);
-            if (read(fd, buf, sizeof buf) < 0) die("read", b);
-            close(fd);
-            snprintf(a, sizeof a, "%s/c%u~%.200s", done, seed, n);
-            if (mv(b, a) != 0) die("rename", b);
-            got++;
-        }
-        for (long j = 0; j < nn; j++) free(names[j]);
-        free(names);
-    }
-    printf("%ld %.9f %.9f\n", got, t0, now());
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    if (argc == 4 && !strcmp(argv[1], "claim")) return claim(argv + 2);
-    if (argc == 8 && !strcmp(argv[1], "fill")) return fill(argv + 2);
-    if (argc == 7 && !strcmp(argv[1], "cycle")) return cycle(argv + 2);
-    fprintf(stderr, "usage: floor fill DIR START COUNT SIZE PREFIX SUFFIX | floor cycle BASE LIMIT SIZE MODE BUDGET\n");
-    return 1;
-}
-"""
+FLOOR_C = Path(__file__).with_name("floor.c")  # the floor program, compiled at run time
 
 
 class CFloor:
@@ -400,9 +242,8 @@ class CFloor:
             self.error = "no C compiler (gcc, cc, clang) on PATH"
             return
         workdir.mkdir(parents=True, exist_ok=True)
-        src, exe = workdir / "floor.c", workdir / "floor"
-        src.write_text(FLOOR_C, encoding="utf-8")
-        proc = subprocess.run([cc, "-O2", "-w", "-o", str(exe), str(src)], capture_output=True, text=True)
+        exe = workdir / "floor"
+        proc = subprocess.run([cc, "-O2", "-w", "-o", str(exe), str(FLOOR_C)], capture_output=True, text=True)
         if proc.returncode != 0:
             self.error = f"{cc} failed: {proc.stderr.strip()[:300]}"
             return
@@ -836,6 +677,11 @@ def backlog_phase(bench: Bench, backlogs: list[int], sample: int, budget: float,
             _backlog_sample(bench, session, n, sample)
             fill(bench, dirs[n], counters[n], sample, 0)  # top up: the backlog stays n
             counters[n] += sample
+    if sizes:  # memory: a fresh process consuming from the largest backlog (it lists and orders all of it)
+        n = sizes[-1]
+        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(root), str(sample), f"backlog:b{n}"],
+                             capture_output=True, text=True, check=True).stdout
+        bench.extra.setdefault("memory", {})["backlog_rss"] = {"backlog": n, "peak_bytes": int(out.split()[-1])}
     conn.close()
     remove_tree(root)
 
@@ -982,7 +828,12 @@ def peak():  # high-water mark of this process's resident memory, bytes: VmHWM, 
 root, size, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 with Connection(root, "memory-" + what) as conn:
     session = conn.create_session()
-    if what == "send":
+    if what.startswith("backlog:"):  # consume `size` messages of a big backlog: the whole process's peak
+        consumer = session.create_consumer(Queue(what.split(":", 1)[1]))
+        got = sum(1 for _ in range(size) if consumer.receive(0) is not None)
+        assert got == size, got
+        print(peak())
+    elif what == "send":
         body = b"x" * size  # the caller's copy (touched: it is resident)
         base = peak()
         session.create_producer(Queue("big")).send(BytesMessage(body=body),
@@ -1007,7 +858,7 @@ def memory_phase(bench: Bench, size: int) -> None:
         out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(root), str(size), what],
                              capture_output=True, text=True, check=True).stdout
         copies[what] = round(float(out.split()[-1]), 3)
-    bench.extra["memory"] = {"body_bytes": size, "copies": copies}
+    bench.extra.setdefault("memory", {}).update({"body_bytes": size, "copies": copies})
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -1132,6 +983,9 @@ MEMORY_TARGETS = [
 ]
 
 
+BACKLOG_RSS_TARGET = ("memory_backlog_rss", 300)  # MB of peak resident memory, issue 18
+
+
 def memory_targets(memory: dict) -> dict[str, dict]:
     out = {}
     for key, what, desc, goal in MEMORY_TARGETS:
@@ -1139,11 +993,28 @@ def memory_targets(memory: dict) -> dict[str, dict]:
         if copies is not None:
             out[key] = {"description": f"{desc}, {memory['body_bytes'] >> 20} MB", "goal": goal, "sense": "max",
                         "ratio": copies, "met": copies <= goal}
+    rss = memory.get("backlog_rss")
+    if rss is not None:
+        key, goal = BACKLOG_RSS_TARGET
+        mb = rss["peak_bytes"] / 2**20
+        out[key] = {"description": f"consuming a {_label_n(rss['backlog'])} backlog: peak resident memory of the "
+                                   "consumer process (fresh, whole process)",
+                    "goal": goal, "sense": "max", "unit": "MB", "ratio": round(mb, 1), "met": mb <= goal}
     return out
 
 
 def target_keys() -> list[str]:
-    return [key for key, *_ in RATIOS] + [key for key, *_ in MEMORY_TARGETS]
+    return [key for key, *_ in RATIOS] + [key for key, *_ in MEMORY_TARGETS] + [BACKLOG_RSS_TARGET[0]]
+
+
+def _amount(r: dict) -> str:
+    """A target's measured value: a ratio (×), or an amount in its unit."""
+    return f"{r['ratio']:.2f}×" if r.get("unit") is None else f"{r['ratio']:,.0f} {r['unit']}"
+
+
+def _goal(r: dict) -> str:
+    unit = "×" if r.get("unit") is None else f" {r['unit']}"
+    return f"{'≥' if r['sense'] == 'min' else '≤'} {r['goal']:g}{unit}"
 
 
 def _backlog_keys(figures: dict[str, Figure]) -> tuple[str | None, str | None]:
@@ -1310,9 +1181,9 @@ def render(result: dict, console: Console) -> None:
         if r is None:
             continue
         goal = r["goal"]
-        target = "-" if goal is None else (f"≥ {goal:g}×" if r["sense"] == "min" else f"≤ {goal:g}×")
+        target = "-" if goal is None else _goal(r)
         verdict = "" if goal is None else ("[green]hit[/green]" if r["met"] else "[red]miss[/red]")
-        t.add_row(r["description"], f"{r['ratio']:.2f}×", target, verdict)
+        t.add_row(r["description"], _amount(r), target, verdict)
     console.print(t)
     for note in result.get("notes", []):
         console.print(f"note: {note}", highlight=False)
@@ -1352,8 +1223,7 @@ def markdown(result: dict) -> str:
         r = all_ratios.get(key)
         if r is None or r["goal"] is None:
             continue
-        goal = f"≥ {r['goal']:g}×" if r["sense"] == "min" else f"≤ {r['goal']:g}×"
-        lines.append(f"| {r['description']} | {r['ratio']:.2f}× | {goal} | {'hit' if r['met'] else '**miss**'} |")
+        lines.append(f"| {r['description']} | {_amount(r)} | {_goal(r)} | {'hit' if r['met'] else '**miss**'} |")
     return "\n".join(lines) + "\n"
 
 

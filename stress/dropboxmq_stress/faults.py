@@ -168,9 +168,12 @@ class FaultyOs:
         return getattr(self._real, name)
 
     def _fire(self, kind: str, action: str, call: Callable[[], Any], path: Any = None,
-              short: Callable[[], Any] | None = None) -> Any:
+              short: Callable[[], Any] | None = None, at: bool = False) -> Any:
         plan = self._plan
-        via = "libfiu" if (action.startswith("errno:") and kind in FIU_POINTS and fiu_available()) else "python"
+        # libfiu wraps open/rename/unlink, not their *at forms (a call relative to a held
+        # directory, at=True): those are faulted at the Python boundary
+        via = "libfiu" if (action.startswith("errno:") and kind in FIU_POINTS and fiu_available()
+                           and not at) else "python"
         fired = Fired(plan.count, kind, action, via)
         plan.fired.append(fired)
         if plan.on_fire is not None:
@@ -200,7 +203,7 @@ class FaultyOs:
     def open(self, path, flags, mode=0o777, *, dir_fd=None):
         call = lambda: self._real.open(path, flags, mode, dir_fd=dir_fd)  # noqa: E731
         action = self._plan.decide("open")
-        return call() if action is None else self._fire("open", action, call, path)
+        return call() if action is None else self._fire("open", action, call, path, at=dir_fd is not None)
 
     def write(self, fd, data):
         call = lambda: self._real.write(fd, data)  # noqa: E731
@@ -216,17 +219,19 @@ class FaultyOs:
         return call() if action is None else self._fire("fsync", action, call)
 
     def rename(self, src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-        call = lambda: self._real.rename(src, dst)  # noqa: E731
+        call = lambda: self._real.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)  # noqa: E731
         action = self._plan.decide("rename")
-        return call() if action is None else self._fire("rename", action, call, src)
+        return call() if action is None else self._fire("rename", action, call, src,
+                                                        at=src_dir_fd is not None or dst_dir_fd is not None)
 
     def unlink(self, path, *, dir_fd=None):
-        call = lambda: self._real.unlink(path)  # noqa: E731
+        call = lambda: self._real.unlink(path, dir_fd=dir_fd)  # noqa: E731
         action = self._plan.decide("unlink")
-        return call() if action is None else self._fire("unlink", action, call, path)
+        return call() if action is None else self._fire("unlink", action, call, path, at=dir_fd is not None)
 
     def link(self, src, dst, *, src_dir_fd=None, dst_dir_fd=None, follow_symlinks=True):
-        call = lambda: self._real.link(src, dst, follow_symlinks=follow_symlinks)  # noqa: E731
+        call = lambda: self._real.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,  # noqa: E731
+                                       follow_symlinks=follow_symlinks)
         action = self._plan.decide("link")
         return call() if action is None else self._fire("link", action, call, src)
 

@@ -1,0 +1,89 @@
+"""What a consumer does with one name it found in ``target/``: the pure claim policy.
+
+``decide(name, now, settings)`` looks at a file name and the time (given, never read
+from a clock) and answers one of
+
+* ``SKIP``   -- the consumer's selector rejects it: never try it again (a name never changes);
+* ``DEFER``  -- its delivery time has not come: try it again at ``until`` (ms);
+* ``EXPIRE`` -- its expiration passed: the shell moves it to ``expired/`` (``Move.EXPIRE``);
+* ``CLAIM``  -- claim it as delivery number ``delivery_count``, under ``claimed_name`` (the name
+  with that count stamped); ``dead_letter`` says the claim is past the last attempt, so
+  the shell dead-letters it from ``processing/`` (``Move.DEAD_LETTER``) instead of
+  delivering it.
+
+No I/O, no clock, no state: the session's consumer and the Spark source are thin shells
+that execute the verdict with ``store.Dropbox.move`` (one lifecycle move each), and the
+tests drive it with any clock they like.
+
+The fast path: without a selector, a name that carries nothing that could hold it back
+(no expiration, no delivery time, no delivery count yet, no escape hiding one of them) is
+claimed without decoding it at all; its header is decoded after the claim, so a lost race
+costs no decode.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from . import codec
+from .message import Message
+
+if TYPE_CHECKING:
+    from .selector import Selector
+
+__all__ = ["Verdict", "Decision", "ClaimSettings", "decide", "claimable_unread"]
+
+
+class Verdict(enum.Enum):
+    SKIP = "skip"
+    DEFER = "defer"
+    EXPIRE = "expire"
+    CLAIM = "claim"
+
+
+@dataclass(frozen=True)
+class ClaimSettings:
+    """What a consumer's policy depends on besides the name and the time."""
+
+    selector: "Selector | None" = None
+    max_delivery_attempts: int = 10
+
+
+class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tried
+    verdict: Verdict
+    header: Message | None = None  # the decoded name; None on the fast path (decode after the claim)
+    delivery_count: int = 1  # CLAIM: the delivery this claim makes
+    claimed_name: str = ""  # CLAIM: the name with ``delivery_count`` stamped (what processing/ holds after the prefix)
+    until: int = 0  # DEFER: ms since the epoch
+    dead_letter: bool = False  # CLAIM: past max_delivery_attempts
+
+
+def claimable_unread(name: str) -> bool:
+    """Can a consumer without a selector claim ``name`` before decoding it?  Yes when nothing
+    in it could keep the claim back or change the claimed name: no expiration field, no
+    delivery time, no delivery count yet (so this is delivery 1), and no escape that could
+    hide one of them."""
+    if "%" in name or codec.DELIVERY_TIME_PROP in name or codec.DELIVERY_COUNT in name:
+        return False
+    fields = name.split(".", 4)
+    return len(fields) < 4 or not fields[3]
+
+
+def decide(name: str, now: int, settings: ClaimSettings) -> Decision:
+    """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch)."""
+    if settings.selector is None and claimable_unread(name):
+        return Decision(Verdict.CLAIM, None, 1, codec.with_delivery_count(name, 1),
+                        dead_letter=settings.max_delivery_attempts < 1)
+    header = codec.from_wire(name, now)
+    if settings.selector is not None and not settings.selector.matches(header):
+        return Decision(Verdict.SKIP, header)
+    if header.delivery_time > now:
+        # retrying it at once would spin on it when it is the only name left
+        return Decision(Verdict.DEFER, header, until=header.delivery_time)
+    if header.is_expired(now):
+        return Decision(Verdict.EXPIRE, header)
+    count = header.delivery_count
+    return Decision(Verdict.CLAIM, header, count, codec.with_delivery_count(name, count),
+                    dead_letter=count > settings.max_delivery_attempts)
