@@ -15,7 +15,7 @@ from dropboxmq import codec
 from dropboxmq_conformance import checks as C
 from dropboxmq_conformance import manifest as M
 from dropboxmq_conformance import replay as R
-from dropboxmq_conformance import runner, suite
+from dropboxmq_conformance import consumer, harness, model_checks, runner, sessions
 from dropboxmq_conformance.watcher import Watcher, read_trace
 
 SHELL = M.impls_dir() / "shell"
@@ -203,7 +203,7 @@ def test_api_only_session_check_fails_against_a_broken_adapter(check, tmp_path):
     m.env["BROKEN_MODE"] = check.split(".", 1)[1]
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
-    assert r.status == C.FAIL and r.summary.startswith(suite.API_ONLY_NOTE), (r.summary, r.evidence)
+    assert r.status == C.FAIL and r.summary.startswith(sessions.API_ONLY_NOTE), (r.summary, r.evidence)
 
 
 def test_reference_sessions_pass_api_only(tmp_path):
@@ -284,9 +284,9 @@ def test_a_drained_backlog_is_played_again_larger(tmp_path, monkeypatch, scenari
             r = C.failed("consumer.x", "the defect")
         return [r], f"scenario-{n}"
 
-    monkeypatch.setattr(suite, {"consumer_lost_race": "_lost_race_once",
+    monkeypatch.setattr(consumer, {"consumer_lost_race": "_lost_race_once",
                                 "consumer_late_priority": "_late_priority_once"}[scenario], once)
-    results, sc = getattr(suite, scenario)(M.load(SHELL / "shell.toml"), tmp_path)
+    results, sc = getattr(consumer, scenario)(M.load(SHELL / "shell.toml"), tmp_path)
     assert sizes == [40, 320] and results[0].status == C.FAIL and sc == "scenario-320"
 
 
@@ -411,17 +411,17 @@ def test_watcher_rescan_does_not_invent_a_directory_whose_move_is_still_queued(t
 
 def test_watcher_reports_overflow_and_the_run_is_inconclusive(tmp_path):
     m = M.load(SHELL / "shell.toml")
-    sc = suite.Scenario("produce", tmp_path / "sc", m)
+    sc = harness.Scenario("produce", tmp_path / "sc", m)
     sc.watcher._start_thread = False
     sc.watcher.start()
     sc.watcher.inject([Event(-1, flags.Q_OVERFLOW, 0, "")])
     sc.close()
     assert sc.watcher.overflowed
     assert any(r["op"] == "overflow" for r in read_trace(sc.dir / "trace.jsonl"))
-    model = {r.check: r for r in suite.model_results(m, [sc])}
+    model = {r.check: r for r in model_checks.model_results(m, [sc])}
     assert model["model.trace-complete"].status == C.INCONCLUSIVE
     results = [C.passed("producer.exit-clean", "ok", scenario="produce")]
-    suite.downgrade_overflowed(results, suite.overflowed([sc]))
+    model_checks.downgrade_overflowed(results, model_checks.overflowed([sc]))
     assert results[0].status == C.INCONCLUSIVE  # never passed
 
 
@@ -500,13 +500,13 @@ def test_tlc_agrees_with_the_replay_on_counts_replacing_and_purging(tmp_path):
 
 def test_suite_helpers_moves_carry_their_actor_and_are_never_charged(tmp_path):
     m = M.load(SHELL / "shell.toml")
-    results, sc = suite.consumer_basic(m, tmp_path)
+    results, sc = consumer.consumer_basic(m, tmp_path)
     planted = [r for r in sc.records if r.get("op") == "rename" and "/target/" in r.get("dst", "")]
     claims = [r for r in sc.records if r.get("op") == "rename" and "/processing/" in r.get("dst", "")]
-    assert planted and all(r.get("actor") == suite.PLANTING for r in planted)
+    assert planted and all(r.get("actor") == harness.PLANTING for r in planted)
     assert claims and not any(r.get("actor") for r in claims)
     timeline = R.replay(sc.records).tracks["m1"].steps
-    assert timeline[0].actor == suite.PLANTING and timeline[-1].actor == R.IMPLEMENTATION
+    assert timeline[0].actor == harness.PLANTING and timeline[-1].actor == R.IMPLEMENTATION
 
 
 @pytest.mark.slow
@@ -590,17 +590,17 @@ def test_tlc_job_knows_empty_and_too_large_traces_without_tlc(tmp_path):
 def test_tlc_result_fails_on_a_rejection_and_names_traces_left_to_the_replay():
     ok, bad = R.TlcOutcome("pass", "accepted"), R.TlcOutcome("fail", "TLC rejected event #3", {"seq": 3})
     big = R.TlcOutcome("too-large", "1500 message events")
-    r = suite.tlc_result([("produce", ok), ("consume-contention", big)])
+    r = model_checks.tlc_result([("produce", ok), ("consume-contention", big)])
     assert r.status == C.PASS and "consume-contention" in r.summary
-    r = suite.tlc_result([("produce", ok), ("consume-basic", bad)])
+    r = model_checks.tlc_result([("produce", ok), ("consume-basic", bad)])
     assert r.status == C.FAIL and r.evidence["rejections"][0]["record"] == {"seq": 3}
     other = R.TlcOutcome("fail", "TLC rejected event #9", {"seq": 9})
-    r = suite.tlc_result([("consume-basic", bad), ("consume-kill9", other)])  # every rejection is listed
+    r = model_checks.tlc_result([("consume-basic", bad), ("consume-kill9", other)])  # every rejection is listed
     assert [x["scenario"] for x in r.evidence["rejections"]] == ["consume-basic", "consume-kill9"]
     assert "2 trace(s)" in r.summary and "#9" in r.summary
-    assert suite.tlc_result([("consume-contention", big)]).status == C.INCONCLUSIVE
+    assert model_checks.tlc_result([("consume-contention", big)]).status == C.INCONCLUSIVE
     undecided = R.TlcOutcome("inconclusive", "TLC timed out after 300 s")
-    assert suite.tlc_result([("produce", ok), ("consume-basic", undecided)]).status == C.INCONCLUSIVE
+    assert model_checks.tlc_result([("produce", ok), ("consume-basic", undecided)]).status == C.INCONCLUSIVE
 
 
 @pytest.mark.parametrize("name, expected", [("shell", C.PASS), ("rename-before-close", C.FAIL),

@@ -228,7 +228,7 @@ def _spawn(root: Path, results: Path, seed: int, n_ops: int, stop_after: int | N
 
 
 def where_is_every_value(root: Path) -> dict[str, list[str]]:
-    from dropboxmq_stress.run import _value_of
+    from dropboxmq_stress.final_state import value_of
 
     out: dict[str, list[str]] = {}
     for state in STATES:
@@ -237,7 +237,7 @@ def where_is_every_value(root: Path) -> dict[str, list[str]]:
         except FileNotFoundError:
             continue
         for n in names:
-            v = _value_of(n)
+            v = value_of(n)
             if v is not None:
                 out.setdefault(v, []).append(state)
     return out

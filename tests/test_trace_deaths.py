@@ -17,7 +17,7 @@ import pytest
 from dropboxmq import spec_traces
 from dropboxmq_conformance import manifest as M
 from dropboxmq_conformance import replay as R
-from dropboxmq_conformance.suite import Proc, Scenario, make_layout
+from dropboxmq_conformance.harness import Proc, Scenario, make_layout
 from dropboxmq.trace import TraceError, death_of, load_trace
 
 Q = "Q1/incoming"

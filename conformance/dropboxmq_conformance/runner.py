@@ -10,22 +10,22 @@ from pathlib import Path
 from typing import Callable
 
 from . import checks as C
-from . import replay, suite, topics
+from . import consumer, model_checks, producer, replay, sessions, topics
 from .checks import CHECKS, Result
 from .manifest import Manifest
 
 #: scenario -> (role it needs, function, checks it decides)
 SCENARIOS: list[tuple[str, str, Callable, list[str]]] = [
-    ("produce", "produce", suite.producer_scenario, [c.id for c in CHECKS if c.role == "produce"]),
-    ("consume-basic", "consume", suite.consumer_basic,
+    ("produce", "produce", producer.producer_scenario, [c.id for c in CHECKS if c.role == "produce"]),
+    ("consume-basic", "consume", consumer.consumer_basic,
      ["consumer.exit-clean", "consumer.delivers-all", "consumer.expired-not-delivered", "consumer.order",
       "consumer.junk-tolerant", "consumer.claims-by-rename", "consumer.acked-processed"]),
-    ("consume-contention", "consume", suite.consumer_contention,
+    ("consume-contention", "consume", consumer.consumer_contention,
      ["consumer.contention-exactly-once", "consumer.claims-by-rename"]),
-    ("consume-lost-race", "consume", suite.consumer_lost_race, ["consumer.lost-race"]),
-    ("consume-kill9", "consume", suite.consumer_kill9, ["consumer.kill9-recovery"]),
-    ("consume-late-priority", "consume", suite.consumer_late_priority, ["consumer.late-priority"]),
-    ("sessions", "adapter", suite.session_scenario, [c.id for c in CHECKS if c.role == "adapter"]),
+    ("consume-lost-race", "consume", consumer.consumer_lost_race, ["consumer.lost-race"]),
+    ("consume-kill9", "consume", consumer.consumer_kill9, ["consumer.kill9-recovery"]),
+    ("consume-late-priority", "consume", consumer.consumer_late_priority, ["consumer.late-priority"]),
+    ("sessions", "adapter", sessions.session_scenario, [c.id for c in CHECKS if c.role == "adapter"]),
     ("publish", "publish", topics.publisher_scenario, [c.id for c in CHECKS if c.role == "publish"]),
     ("subscribe", "subscribe", topics.subscriber_scenario,
      [c.id for c in CHECKS if c.role == "subscribe" and c.id != "subscriber.kill9-recovery"]),
@@ -143,16 +143,16 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
                 stepped()
         traced = [] if m.api_only else scenarios  # an API-only implementation has no dropbox to trace
         if traced and (only is None or any(c.startswith("model.") for c in only)):
-            for r in suite.model_results(m, traced):
+            for r in model_checks.model_results(m, traced):
                 raw.setdefault(r.check, []).append(r)
         if traced and (only is None or "model.tlc" in only):
             if tlc:
-                rep.tlc_jobs, rep.tlc_known = suite.tlc_jobs(m, traced, tlc_max_events)
+                rep.tlc_jobs, rep.tlc_known = model_checks.tlc_jobs(m, traced, tlc_max_events)
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation pending")]
             else:
                 raw["model.tlc"] = [C.inconclusive("model.tlc", "TLC validation was turned off (--no-tlc)")]
-        rep.overflowed = suite.overflowed(scenarios)
-        suite.downgrade_overflowed([r for rs in raw.values() for r in rs], rep.overflowed)
+        rep.overflowed = model_checks.overflowed(scenarios)
+        model_checks.downgrade_overflowed([r for rs in raw.values() for r in rs], rep.overflowed)
     except Exception as exc:  # a bug of ours, or an environment problem: report, never hide
         import traceback
 
@@ -187,8 +187,8 @@ def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
         if not (rep.tlc_jobs or rep.tlc_known):
             continue
         per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
-        result = suite.tlc_result(per_scenario)
-        suite.downgrade_overflowed([result], rep.overflowed)
+        result = model_checks.tlc_result(per_scenario)
+        model_checks.downgrade_overflowed([result], rep.overflowed)
         rep.results = [result if r.check == "model.tlc" else r for r in rep.results]
         rep.tlc_jobs, rep.tlc_known = [], []
     return time.monotonic() - started

@@ -37,9 +37,10 @@ from dropboxmq.trace import locate
 
 from . import checks as C
 from .checks import Result
+from .consumer import claims_by_rename
+from .harness import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, excerpt, exit_clean, kill_while_holding, listdir,
+                      make_layout, mid_of, parse_output, put)
 from .manifest import Manifest, environ
-from .suite import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, claims_by_rename, excerpt, exit_clean,
-                    kill_while_holding, listdir, make_layout, mid_of, parse_output, put)
 
 #: the actor of the reference distributor's moves in distribute mode (never the implementation's)
 DISTRIBUTING = "suite: distributor (dropboxmq distribute)"

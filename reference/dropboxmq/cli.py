@@ -22,13 +22,14 @@ from rich.text import Text
 from rich.table import Table
 
 from . import __version__
+from .cli_root import require_root
 from .errors import DropboxMQError
 from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
 
 __all__ = [
-    "main", "require_root", "hoist_global_options", "message_environment", "queue_stats", "stat_growth",
+    "main", "hoist_global_options", "message_environment", "queue_stats", "stat_growth",
     "prometheus_text", "ACK_MODES", "STAT_FORMATS",
 ]
 
@@ -177,15 +178,6 @@ def _connect(ctx: click.Context, client_id: str | None = None):
     from .session import Connection
 
     return Connection(ctx.obj["root"], client_id, allow_network_fs=ctx.obj["allow_network_fs"])
-
-
-def require_root(ctx: click.Context) -> Path:
-    """The root for verbs that only look (or clean up): it must already exist."""
-    root = ctx.obj["root"]
-    if not os.path.isdir(root):
-        raise click.ClickException(f"no dropbox root at {root} (create one with 'dropboxmq --root {root} init "
-                                   "QUEUE', or pick another with --root or $DROPBOXMQ_ROOT)")
-    return root
 
 
 def _parse_boolean(text: str) -> bool:

@@ -19,13 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = ["xa"]
+from .cli_root import require_root
 
 console = Console()
 
 
 def _root(ctx: click.Context):
-    from .cli import require_root
-
     return require_root(ctx.find_root())
 
 

@@ -45,6 +45,10 @@ from typing import Any, Iterable
 
 from .history import read_history
 
+#: the total-queue figures a profile sums over its cases (report.json's "figures", the HTML table)
+TOTAL_QUEUE_KEYS = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
+                    "unexpected-count", "recovered-count", "in-doubt-count", "quarantined-count")
+
 
 def percentiles(xs: list[float], ps=(50, 90, 99, 99.9)) -> dict[str, float | None]:
     if not xs:

@@ -57,7 +57,7 @@ def run_cmd(profile_name: str, out: Path, seed: int | None, only: tuple[str, ...
             baseline: Path | None, tolerance: float) -> None:
     """Run a profile; write OUT/report.json, OUT/report.html and OUT/<case>/history/*.jsonl."""
     require("dropboxmq stress run", "stress", "multiprocess")
-    from . import faults, run
+    from . import checker, faults, run
 
     cases = run.with_overrides(run.profile(profile_name, seed), duration_scale, only)
     if run.needs_fiu(cases) and not faults.fiu_available() and os.path.exists(faults.PRELOAD):
@@ -78,7 +78,7 @@ def run_cmd(profile_name: str, out: Path, seed: int | None, only: tuple[str, ...
 
     report = run.run_profile(cases, out, on_case=progress)
     f = report["figures"]
-    click.echo("total-queue: " + " ".join(f"{k}={f[k]}" for k in run.KEYS))
+    click.echo("total-queue: " + " ".join(f"{k}={f[k]}" for k in checker.TOTAL_QUEUE_KEYS))
     click.echo(f"report: {out / 'report.json'}  {out / 'report.html'}  wall {report['wall']:.1f}s  "
                f"{'VALID' if report['valid'] else 'INVALID'}")
     ok = report["valid"]

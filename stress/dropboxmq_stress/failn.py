@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import checker, faults
+from . import checker, faults, final_state
 from .history import History
 from .workload import VALUE_PROP, make_body
 
@@ -192,7 +192,6 @@ def trial(op: str, action: str, n: int, rename_path: str, work: Path) -> dict:
 
     from dropboxmq.recovery import recover
 
-    from .run import snapshot
     from .workload import drain
 
     if work.exists():
@@ -221,7 +220,7 @@ def trial(op: str, action: str, n: int, rename_path: str, work: Path) -> dict:
             if r.get("f") == "fault":
                 res["kind"] = r.get("kind")
     rep = recover(root)
-    state = snapshot(root, QUEUE)
+    state = final_state.snapshot(root, QUEUE)
     (work / "final-state.json").write_text(json.dumps(state))
     drain(root, QUEUE, hist_dir)
     nem.close()

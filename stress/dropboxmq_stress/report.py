@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from .run import KEYS
+from .checker import TOTAL_QUEUE_KEYS
 
 W, H, PAD = 640, 180, 34
 
@@ -120,14 +120,14 @@ def write_html(report: dict, path: Path) -> None:
     rows = []
     for name, r in report["cases"].items():
         status = {True: "valid", False: "INVALID", None: "SKIPPED"}[r.get("valid")]
-        cells = "".join(f"<td>{_esc(r.get(k, ''))}</td>" for k in KEYS)
+        cells = "".join(f"<td>{_esc(r.get(k, ''))}</td>" for k in TOTAL_QUEUE_KEYS)
         rows.append(f'<tr class="{status}"><td>{_esc(name)}</td><td>{status}</td>{cells}</tr>')
     body = [f"<h1>dropboxmq stress report</h1><p>overall: <b>{'valid' if report['valid'] else 'INVALID'}</b>,"
             f" wall {report['wall']:.1f} s</p>"]
     if report.get("skipped"):
         body.append("<h2>Skipped or degraded nemeses</h2>" + kv_table(report["skipped"]))
     body.append("<h2>Total-queue figures</h2><table><tr><th>case</th><th>status</th>"
-                + "".join(f"<th>{_esc(k)}</th>" for k in KEYS) + "</tr>" + "".join(rows) + "</table>")
+                + "".join(f"<th>{_esc(k)}</th>" for k in TOTAL_QUEUE_KEYS) + "</tr>" + "".join(rows) + "</table>")
     for name, r in report["cases"].items():
         body.append(f"<h2>{_esc(name)}</h2>")
         if "throughput" in r:

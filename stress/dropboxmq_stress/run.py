@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import checker, nemesis
+from . import checker, final_state, nemesis
 from .history import History
-from .workload import VALUE_PROP, Workload, WorkerSpec, drain, worker_main
+from .workload import Workload, WorkerSpec, drain, worker_main
 
 ALL_NEMESES = ("kill", "faults", "full-disk", "power-loss", "bad-input", "fail-at-n")
 
@@ -170,46 +170,6 @@ class Cluster:
 # ---------------------------------------------------------------- final state
 
 
-def _value_of(name: str) -> str | None:
-    from dropboxmq import codec
-
-    try:
-        _, original = codec.split_processing_name(name)
-        prop = codec.decode_name(original).properties.get(VALUE_PROP)
-    except Exception:  # noqa: BLE001 - foreign names
-        return None
-    return prop.value if prop is not None and isinstance(prop.value, str) else None
-
-
-def snapshot(root: Path, queue: str) -> dict:
-    """Where every file of the queue is: {state dir: [{name, value, client, size, kind}]}."""
-    from dropboxmq import codec
-
-    box = Path(root) / queue / "incoming"
-    out: dict[str, list] = {}
-    for state in ("working", "target", "processing", "processed", "expired", "error"):
-        entries = []
-        try:
-            names = os.listdir(box / state)
-        except FileNotFoundError:
-            names = []
-        for n in sorted(names):
-            p = box / state / n
-            try:
-                st = os.lstat(p)
-                size = st.st_size
-                kind = ("file" if os.path.isfile(p) and not os.path.islink(p) else
-                        "symlink" if os.path.islink(p) else "dir" if os.path.isdir(p) else "other")
-            except OSError:
-                size, kind = None, "gone"
-            client = None
-            if state in ("processing", "processed", "error"):
-                client, _ = codec.split_processing_name(n)
-            entries.append({"name": n, "value": _value_of(n), "client": client, "size": size, "kind": kind})
-        out[state] = entries
-    return out
-
-
 def finish(root: Path, case: Case, out: Path, hist: History) -> dict:
     """Recover, snapshot, drain. Returns the recovery report."""
     from dropboxmq.recovery import recover
@@ -217,7 +177,7 @@ def finish(root: Path, case: Case, out: Path, hist: History) -> dict:
     t0 = time.time()
     rep = recover(root)
     hist.record("info", "recover", detail=json.dumps(rep.as_dict())[:500], secs=time.time() - t0)
-    state = snapshot(root, case.workload.queue)
+    state = final_state.snapshot(root, case.workload.queue)
     (out / "final-state.json").write_text(json.dumps(state))
     n = drain(root, case.workload.queue, out / "history")
     hist.record("info", "drain", drained=n)
@@ -423,15 +383,11 @@ def run_profile(cases: list[Case], out: Path, scratch: Path | None = None, html:
     return report
 
 
-KEYS = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
-        "unexpected-count", "recovered-count", "in-doubt-count", "quarantined-count")
-
-
 def summary(results: dict) -> dict:
     """Totals over the cases, plus the per-case throughput and latency the comparator uses."""
-    tot: dict[str, Any] = {k: 0 for k in KEYS}
+    tot: dict[str, Any] = {k: 0 for k in checker.TOTAL_QUEUE_KEYS}
     for r in results.values():
-        for k in KEYS:
+        for k in checker.TOTAL_QUEUE_KEYS:
             tot[k] += r.get(k) or 0
     for name, r in results.items():
         if "throughput" in r:
