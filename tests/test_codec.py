@@ -14,35 +14,33 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dropboxmq import codec
+from dropboxmq import codec, javanum
+from dropboxmq import ids as message_ids
+from dropboxmq.bodies import decode_map, decode_stream, encode_map, encode_stream
 from dropboxmq.codec import (
     decode_field,
-    decode_map,
     decode_name,
     decode_properties,
-    decode_stream,
     encode_field,
-    encode_map,
     encode_name,
-    encode_stream,
-    new_message_id,
     processing_name,
     split_processing_name,
     sort_key,
     with_delivery_count,
 )
 from dropboxmq.errors import MessageFormatError, NameTooLongError
+from dropboxmq.ids import new_message_id
 from dropboxmq.message import (
     MESSAGE_CLASSES,
     BytesMessage,
     MapMessage,
     Message,
-    Property,
     Queue,
     StreamMessage,
     TextMessage,
     Topic,
 )
+from dropboxmq.values import Property
 
 # Deterministic hypothesis runs (no example database, fixed derivation of examples).
 DET = settings(derandomize=True, database=None, deadline=None, max_examples=300,
@@ -190,14 +188,14 @@ JAVA17_LONG_STRINGS = [("F", "-2.12353048E15", 3639700191), ("F", "4.18768352E8"
 
 @pytest.mark.parametrize("value,text", JAVA_FLOATS)
 def test_float_to_string_like_java(value, text):
-    assert codec.java_float_str(value) == text
-    assert same_value(codec._parse_java_float(text, True), codec._to_f32(value))
+    assert javanum.java_float_str(value) == text
+    assert same_value(javanum.parse_java_float(text, True), javanum.to_f32(value))
 
 
 @pytest.mark.parametrize("value,text", JAVA_DOUBLES)
 def test_double_to_string_like_java(value, text):
-    assert codec.java_double_str(value) == text
-    assert same_value(codec._parse_java_float(text, False), value)
+    assert javanum.java_double_str(value) == text
+    assert same_value(javanum.parse_java_float(text, False), value)
 
 
 @pytest.mark.parametrize("letter,text,bits", JAVA17_LONG_STRINGS)
@@ -211,21 +209,21 @@ def test_reads_java17_strings_exactly(letter, text, bits):
 @DET
 @given(st.floats(width=32))
 def test_float_text_is_shortest_round_trip(x):
-    text = codec.java_float_str(x)
-    back = codec._parse_java_float(text, True)
+    text = javanum.java_float_str(x)
+    back = javanum.parse_java_float(text, True)
     assert same_value(back, x)
     if math.isfinite(x) and x != 0:
         digits = re.sub(r"E.*|[-.]", "", text).strip("0")
         assert len(digits) <= 9
         if len(digits) > 2:  # one digit fewer would not read back as x
             m = f"{abs(x):.{len(digits) - 2}e}"
-            assert codec._decimal_to_f32(m) != abs(x)
+            assert javanum._decimal_to_f32(m) != abs(x)
 
 
 @DET
 @given(st.floats())
 def test_double_text_round_trip(x):
-    assert same_value(codec._parse_java_float(codec.java_double_str(x), False), x)
+    assert same_value(javanum.parse_java_float(javanum.java_double_str(x), False), x)
 
 
 def test_java_number_syntax_is_read():
@@ -258,14 +256,14 @@ def test_message_id_format_and_strict_order():
 
 
 def test_message_id_borrows_next_millisecond(monkeypatch):
-    saved = (codec._id_ms, codec._id_seq)
-    frozen_ms = max(codec._id_ms + 10, 1_800_000_000_000)
+    saved = (message_ids._id_ms, message_ids._id_seq)
+    frozen_ms = max(message_ids._id_ms + 10, 1_800_000_000_000)
     try:
-        monkeypatch.setattr(codec.time, "time_ns", lambda: frozen_ms * 1_000_000)
+        monkeypatch.setattr(message_ids.time, "time_ns", lambda: frozen_ms * 1_000_000)
         ids = [new_message_id() for _ in range(2500)]
     finally:
         monkeypatch.undo()
-        codec._id_ms, codec._id_seq = saved
+        message_ids._id_ms, message_ids._id_seq = saved
     parts = [ID_RE.fullmatch(i).groups() for i in ids]
     assert parts[0][:2] == (str(frozen_ms), "000")
     assert parts[999][:2] == (str(frozen_ms), "999")
@@ -299,8 +297,8 @@ def test_message_id_thread_safe():
 
 def test_message_id_fork_safe():
     new_message_id()
-    codec._id_rng.seed(12345)  # parent and an un-reseeded child would draw the same digits
-    saved = (codec._id_ms, codec._id_seq)
+    message_ids._id_rng.seed(12345)  # parent and an un-reseeded child would draw the same digits
+    saved = (message_ids._id_ms, message_ids._id_seq)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -312,7 +310,7 @@ def test_message_id_fork_safe():
     child_id = os.read(r, 100).decode()
     os.close(r)
     os.waitpid(pid, 0)
-    codec._id_ms, codec._id_seq = saved
+    message_ids._id_ms, message_ids._id_seq = saved
     parent_id = new_message_id()
     assert ID_RE.fullmatch(child_id), child_id
     assert child_id.split("-")[1] != parent_id.split("-")[1]
@@ -340,7 +338,7 @@ def test_name_round_trip(msg):
     assert back.delivery_count == msg.delivery_count
     assert back.redelivered == (msg.delivery_count > 1)
     assert back.properties[DC] == Property("I", msg.delivery_count)
-    expected = {k: Property(p.letter, codec._to_f32(p.value) if p.letter == "F" else p.value)
+    expected = {k: Property(p.letter, javanum.to_f32(p.value) if p.letter == "F" else p.value)
                 for k, p in msg.properties.items()}
     got = {k: p for k, p in back.properties.items() if k != DC}
     assert same_props(got, expected)
@@ -689,7 +687,7 @@ def test_stream_round_trip_typed(values):
         if want is None:
             assert got is None
             continue
-        wv = codec._to_f32(want.value) if want.letter == "F" else want.value
+        wv = javanum.to_f32(want.value) if want.letter == "F" else want.value
         assert got.letter == want.letter and same_value(got.value, wv)
     assert encode_stream(back) == data
 
@@ -708,10 +706,10 @@ def test_body_format_is_documented_json():
                        "f": Property("F", 0.1), "g": Property("C", "x"), "h": True, "i": "s"})
     assert json.loads(data) == {
         "a": ["I", 1], "b": ["L", "1099511627776"], "c": ["D", "NaN"], "d": ["X", "AAE="],
-        "e": None, "f": ["F", codec._to_f32(0.1)], "g": ["C", "x"], "h": ["B", True], "i": ["S", "s"],
+        "e": None, "f": ["F", javanum.to_f32(0.1)], "g": ["C", "x"], "h": ["B", True], "i": ["S", "s"],
     }
     assert encode_stream([-math.inf, Property("Y", -1)]) == b'[["D","-Infinity"],["Y",-1]]'
-    assert decode_stream(b'[["L",5],["F",0.1]]') == [5, codec._to_f32(0.1)]
+    assert decode_stream(b'[["L",5],["F",0.1]]') == [5, javanum.to_f32(0.1)]
 
 
 @pytest.mark.parametrize("data", [

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from dropboxmq import codec
+from dropboxmq import codec, ids
 from dropboxmq.decision import ClaimSettings, Verdict, claimable_unread, decide
-from dropboxmq.message import DeliveryMode, Property, TextMessage
+from dropboxmq.message import DeliveryMode, TextMessage
+from dropboxmq.values import Property
 from dropboxmq.selector import parse
 
 NOW = 1_800_000_000_000
@@ -14,7 +15,7 @@ PLAIN = ClaimSettings()
 
 
 def wire(**kw) -> str:
-    msg = TextMessage(body="x", message_id=codec.new_message_id(), timestamp=NOW - 1000, **kw)
+    msg = TextMessage(body="x", message_id=ids.new_message_id(), timestamp=NOW - 1000, **kw)
     return codec.to_wire(msg)
 
 

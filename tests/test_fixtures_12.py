@@ -17,7 +17,8 @@ from dropboxmq.codec import (
     split_processing_name,
     with_delivery_count,
 )
-from dropboxmq.message import MESSAGE_CLASSES, Property, Queue, TextMessage, Topic
+from dropboxmq.message import MESSAGE_CLASSES, Queue, TextMessage, Topic
+from dropboxmq.values import Property
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIXTURES = SHARED / "fixtures"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import dropboxmq.session as session_mod
-from dropboxmq import codec, recovery, store, transaction
+from dropboxmq import codec, ids, recovery, store, transaction
 from dropboxmq.errors import (
     IllegalStateError,
     InvalidClientIDError,
@@ -21,16 +21,8 @@ from dropboxmq.errors import (
     UnsupportedFileSystemError,
 )
 from dropboxmq.lifecycle import Move
-from dropboxmq.message import (
-    BytesMessage,
-    DeliveryMode,
-    MapMessage,
-    ObjectMessage,
-    Property,
-    Queue,
-    StreamMessage,
-    TextMessage,
-)
+from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage
+from dropboxmq.values import Property
 from dropboxmq.session import (
     AUTO_ACKNOWLEDGE,
     CLIENT_ACKNOWLEDGE,
@@ -499,7 +491,8 @@ def test_fifo_within_one_priority_in_one_millisecond(root, monkeypatch):
         def __getattr__(self, name):
             return getattr(time, name)
 
-    monkeypatch.setattr(codec, "time", Frozen())  # every id is minted "in the same millisecond"
+    monkeypatch.setattr(ids, "time", Frozen())  # every id is minted "in the same millisecond"
+    monkeypatch.setattr(codec, "time", Frozen())
     with Connection(root, "a", FAST) as c:
         p = c.create_session().create_producer(Q)
         sent = p.send_many([TextMessage(body=str(i).encode()) for i in range(1100)],

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dropboxmq.errors import InvalidSelectorError
-from dropboxmq.message import DeliveryMode, Message, Property, TextMessage
+from dropboxmq.message import DeliveryMode, Message, TextMessage
+from dropboxmq.values import Property
 from dropboxmq.selector import Selector, parse, parse_optional
 
 T, F, U = True, False, None

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from dropboxmq import codec
+from dropboxmq import codec, ids
 from dropboxmq.lifecycle import STATE_DIRS
-from dropboxmq.message import Property, TextMessage
+from dropboxmq.message import TextMessage
+from dropboxmq.values import Property
 from dropboxmq.trace import KILL, locate, owner_of
 
 from . import checks as C
@@ -115,7 +116,7 @@ def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
         props: dict | None = None, box: str = BOX) -> tuple[str, str]:
     """Send one message the protocol's way (create in working/, close, rename into target/)."""
     msg = TextMessage(body=body)
-    msg.message_id = codec.new_message_id()
+    msg.message_id = ids.new_message_id()
     msg.priority, msg.expiration = priority, expiration
     for k, v in (props or {}).items():
         msg.properties[k] = Property("S", str(v))

@@ -23,7 +23,8 @@ from dropboxmq.errors import (
     InvalidSelectorError,
     JMSException,
 )
-from dropboxmq.message import Property, Queue, TextMessage, Topic
+from dropboxmq.message import Queue, TextMessage, Topic
+from dropboxmq.values import Property
 from dropboxmq.session import AckMode, Connection, Settings
 
 ACK = {"auto": AckMode.AUTO_ACKNOWLEDGE, "client": AckMode.CLIENT_ACKNOWLEDGE,

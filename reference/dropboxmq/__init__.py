@@ -23,7 +23,8 @@ _EXPORTS = {
                      "MessageListener", "Settings", "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE",
                      "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED", "TemporaryQueue", "TemporaryTopic"],
                     "session"),
-    **dict.fromkeys(["Queue", "Topic", "Destination", "DeliveryMode", "Property", "Message", "TextMessage",
+    "Property": "values",
+    **dict.fromkeys(["Queue", "Topic", "Destination", "DeliveryMode", "Message", "TextMessage",
                      "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage"], "message"),
     **dict.fromkeys(["DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
                      "InvalidSelectorError", "IllegalStateError", "MessageFormatError",
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
                          InvalidSelectorError, JMSException, MessageFormatError, StoreError,
                          TransactionRolledBackError)
-    from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage, Property,
+    from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage,
                           Queue, StreamMessage, TextMessage, Topic)
     from .session import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode,
                           Connection, MessageConsumer, MessageListener, MessageProducer, QueueBrowser, Session,

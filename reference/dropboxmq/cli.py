@@ -192,7 +192,7 @@ _PROPERTY_TYPES: dict[str, Callable[[str], Any]] = {"boolean": _parse_boolean, "
 
 def _parse_property(text: str):
     """NAME=VALUE[:TYPE] with TYPE one of boolean byte short int long float double string."""
-    from .message import Property
+    from .values import Property
 
     name, sep, rest = text.partition("=")
     if not sep or not name:

@@ -1,7 +1,9 @@
-"""The codec: DropboxMQ 1.2's default filename transcoder, and body encodings.
+"""The codec: DropboxMQ 1.2's default filename transcoder.
 
-Pure functions, no file-system access.  The store and session code call
-:func:`new_message_id`, :func:`encode_name`, :func:`decode_name`,
+Pure functions, no file-system access.  Message ids are made by
+:mod:`~dropboxmq.ids`, Java number text by :mod:`~dropboxmq.javanum`, Map and
+Stream bodies by :mod:`~dropboxmq.bodies`.  The store and session code call
+:func:`~dropboxmq.ids.new_message_id`, :func:`encode_name`, :func:`decode_name`,
 :func:`with_delivery_count`, :func:`processing_name`,
 :func:`split_processing_name` and :func:`sort_key`.
 
@@ -119,77 +121,34 @@ Ordering
 prefix ``millis * 1000 + counter`` ascending (send order, including sends in
 one millisecond), then the name.  Within a priority, names with a foreign
 (non-1.2) message id come after the 1.2 ids and unparseable names after those.
-
-Body encodings (Map and Stream messages) [ours]
------------------------------------------------
-
-1.2 used Java serialization; we use UTF-8 JSON of typed values, readable from
-any language and never executed.  A value is ``null`` or a two-element array
-``[letter, value]``:
-
-======  ===============  ====================================================
-letter  JMS type         JSON value
-======  ===============  ====================================================
-``B``   boolean          ``true`` / ``false``
-``Y``   byte             integer, -128..127
-``H``   short            integer, -32768..32767
-``I``   int              integer, 32-bit
-``L``   long             decimal *string* (exact beyond 2**53), e.g. ``"10000000000"``;
-                         readers also accept an integer
-``F``   float            number (the float32 value) or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
-``D``   double           number or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
-``S``   String           string
-``C``   char             string of one UTF-16 code unit (U+0000..U+FFFF, no surrogate)
-``X``   byte[]           standard base64 string
-======  ===============  ====================================================
-
-A MapMessage body is a JSON object ``{"name": [letter, value], ...}``
-(``{"a": ["I", 1], "b": ["X", "AAE="]}``); a StreamMessage body is a JSON array
-``[[letter, value], ...]`` (``[["S", "x"], null, ["D", "NaN"]]``).  Python values
-map bool -> B, int -> I (or L outside 32 bits), float -> D, str -> S,
-bytes -> X, None -> null; pass :class:`~dropboxmq.message.Property` (e.g.
-``Property("F", 0.5)``, ``Property("C", "x")``) for the other letters.
-Decoding returns plain Python values, or with ``typed=True`` every non-null
-value as a ``Property`` (so the type survives a round trip).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import json
-import math
-import os
-import random
 import re
-import struct
-import threading
 import time
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from fractions import Fraction
 from typing import Any
 from urllib.parse import quote_plus
 
 from .errors import MessageFormatError, NameTooLongError
+from .javanum import java_double_str, java_float_str, parse_java_float, parse_java_int
 from .message import (
     CLASS_LETTERS,
     DEFAULT_PRIORITY,
     MESSAGE_CLASSES,
     DeliveryMode,
     Message,
-    Property,
     Queue,
     Topic,
-    coerce,
     name_bytes,
 )
+from .values import INT_BITS, Property, coerce
 
 __all__ = [
     "DEFAULT_CLASS_LETTER",
     "DELIVERY_COUNT",
     "MAX_NAME_BYTES",
-    "new_message_id",
     "encode_field",
     "decode_field",
     "encode_properties",
@@ -209,12 +168,6 @@ __all__ = [
     "split_processing_name",
     "may_be_bare_claim_of",
     "sort_key",
-    "java_double_str",
-    "java_float_str",
-    "encode_map",
-    "decode_map",
-    "encode_stream",
-    "decode_stream",
 ]
 
 #: [ours] class of a message whose name has no (or an unknown) class letter.
@@ -226,58 +179,6 @@ MAX_NAME_BYTES = 255
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-_INT_BITS = {"Y": 8, "H": 16, "I": 32, "L": 64}
-
-
-# ---------------------------------------------------------------- message ids
-
-_id_lock = threading.Lock()
-_id_pid: int | None = None
-_id_ms = 0
-_id_seq = 0
-_id_rng = random.Random()
-
-
-def _reseed() -> None:
-    global _id_pid
-    _id_pid = os.getpid()
-    _id_rng.seed(os.urandom(16) + _id_pid.to_bytes(8, "little"))
-
-
-def _after_fork_in_child() -> None:
-    # A lock held by another thread at fork time would never be released in the child.
-    global _id_lock
-    _id_lock = threading.Lock()
-    _reseed()
-
-
-_FORK_HOOK = hasattr(os, "register_at_fork")
-if _FORK_HOOK:
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def new_message_id() -> str:
-    """A fresh JMSMessageID: ``ID:<epochMillis><3-digit counter>-<10 random digits>``.
-
-    Within a process the numeric prefix strictly increases (more than 1000 ids
-    in one millisecond borrow the next millisecond; a clock that steps back is
-    ignored until it catches up), so equal-priority messages keep send order.
-    Thread-safe; the random part is reseeded whenever the pid changes (fork).
-    """
-    global _id_ms, _id_seq
-    with _id_lock:
-        if _id_pid is None or (not _FORK_HOOK and os.getpid() != _id_pid):
-            _reseed()  # with the fork hook a child reseeds at fork: no getpid() per id
-        now = time.time_ns() // 1_000_000
-        if now > _id_ms:
-            _id_ms, _id_seq = now, 0
-        else:
-            _id_seq += 1
-            if _id_seq > 999:
-                _id_ms, _id_seq = _id_ms + 1, 0
-        ms, seq = _id_ms, _id_seq
-        rnd = _id_rng.randrange(10**10)
-    return f"ID:{ms}{seq:03d}-{rnd:010d}"
 
 
 # ---------------------------------------------------------------- field escaping
@@ -326,156 +227,13 @@ def decode_field(s: str) -> str:
     return s
 
 
-# ---------------------------------------------------------------- Java number text
-
-_JAVA_WHITESPACE = "".join(map(chr, range(33)))  # String.trim(): every char <= ' '
-_JAVA_INT_RE = re.compile(r"[+-]?[0-9]{1,40}")
-_JAVA_DEC_RE = re.compile(
-    r"([+-]?)(?:(NaN)|(Infinity)|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?))[fFdD]?"
-)
-_JAVA_HEX_RE = re.compile(
-    r"([+-]?)(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?"
-)
-
-
-def _to_f32(x: float) -> float:
-    """Round a double to the nearest float32 (overflow -> infinity, as Java's cast)."""
-    try:
-        return struct.unpack("<f", struct.pack("<f", x))[0]
-    except OverflowError:
-        return math.copysign(math.inf, x)
-
-
-def _decimal_to_f32(text: str) -> float:
-    """Correctly rounded decimal -> float32 (no double-rounding error)."""
-    d = float(text)
-    f = _to_f32(d)
-    if f == d or not math.isfinite(f) or len(text) > 400:
-        return f
-    # decimal -> double -> float32 only goes wrong when the double is exactly
-    # halfway between two float32 values; then the exact decimal decides.
-    other = _to_f32(2 * d - f)
-    if other != f and (f + other) / 2 == d:
-        exact = Fraction(text)
-        if exact != Fraction(d):
-            return max(f, other) if exact > Fraction(d) else min(f, other)
-    return f
-
-
-def _parse_java_float(text: str, single: bool) -> float | None:
-    """``Float.parseFloat`` / ``Double.parseDouble``; None when Java would throw."""
-    if text and text[-1] in "0123456789" and text.isascii() and "_" not in text and len(text) < 100:
-        # Python's float() takes exactly Java's decimal syntax for such text
-        # (no inf/nan words, no underscores, no suffix letter, no non-ASCII digits).
-        try:
-            return _decimal_to_f32(text) if single else float(text)
-        except ValueError:
-            pass
-    s = text.strip(_JAVA_WHITESPACE)
-    m = _JAVA_DEC_RE.fullmatch(s)
-    if m is not None:
-        sign, nan, inf, num = m.groups()
-        if nan:
-            return math.nan
-        if inf:
-            return -math.inf if sign == "-" else math.inf
-        if len(num) > 2000:  # pathological; keep int/float conversion cheap
-            return None
-        body = sign + num
-        return _decimal_to_f32(body) if single else float(body)
-    m = _JAVA_HEX_RE.fullmatch(s)
-    if m is not None and len(s) < 400:
-        try:
-            v = float.fromhex(m.group(1) + m.group(2))
-        except (ValueError, OverflowError):
-            v = math.copysign(math.inf, -1.0 if m.group(1) == "-" else 1.0)
-        return _to_f32(v) if single else v
-    return None
-
-
-def _shortest_digits(x: float, single: bool) -> tuple[str, int]:
-    """Digits (no trailing zeros) and exponent e with x = d.ddd x 10**e, x > 0 finite.
-
-    JDK 19+ ``Double.toString``/``Float.toString``: among the decimals that read
-    back to x, those of the shortest length (but at least 2 digits), the one
-    closest to x (ties: even last digit).
-    """
-    if math.frexp(x)[0] == 0.5:
-        return _shortest_digits_exact(x, single)
-    # Not a power of two: the values reading back to x form an interval
-    # symmetric around x, so the correctly rounded n-digit decimal reads back
-    # whenever any n-digit decimal does.
-    if single:
-        n = 2
-        while n < 9 and _decimal_to_f32(f"{x:.{n - 1}e}") != x:
-            n += 1
-    else:
-        mant = repr(x).partition("e")[0].replace(".", "").strip("0")
-        n = max(len(mant), 2)
-    mant, _, exp = f"{x:.{n - 1}e}".partition("e")
-    return (mant[0] + mant[2:]).rstrip("0") or "0", int(exp)
-
-
-def _shortest_digits_exact(x: float, single: bool) -> tuple[str, int]:
-    """The same by exact decimal arithmetic (for powers of two, whose interval is lopsided)."""
-    exact = Decimal(x)
-    adjusted = exact.adjusted()
-    for n in range(2, 18):
-        quantum = Decimal(1).scaleb(adjusted - n + 1)
-        best = None
-        for cand in (exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)):
-            text = str(cand)
-            back = _decimal_to_f32(text) if single else float(text)
-            if back != x:
-                continue
-            if best is None:
-                best = cand
-            else:
-                db, dc = abs(best - exact), abs(cand - exact)
-                if dc < db or (dc == db and cand.as_tuple().digits[-1] % 2 == 0):
-                    best = cand
-        if best is not None:
-            d = best.normalize()
-            return "".join(map(str, d.as_tuple().digits)), d.adjusted()
-    raise AssertionError(f"no decimal reads back as {x!r}")  # pragma: no cover
-
-
-def _java_fp_str(x: float, single: bool) -> str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    if x == 0.0:
-        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
-    sign = "-" if x < 0 else ""
-    digits, e = _shortest_digits(abs(x), single)
-    if -3 <= e < 7:  # 10^-3 <= |x| < 10^7: plain notation
-        if e >= 0:
-            ip = digits[: e + 1].ljust(e + 1, "0")
-            fp = digits[e + 1 :] or "0"
-        else:
-            ip, fp = "0", "0" * (-e - 1) + digits
-        return f"{sign}{ip}.{fp}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{e}"
-
-
-def java_double_str(x: float) -> str:
-    """``Double.toString(x)`` (JDK 19+ shortest digits)."""
-    return _java_fp_str(float(x), False)
-
-
-def java_float_str(x: float) -> str:
-    """``Float.toString((float) x)`` (JDK 19+ shortest digits that round-trip through float32)."""
-    return _java_fp_str(_to_f32(float(x)), True)
-
-
 # ---------------------------------------------------------------- properties
 
 
 def _format_value(letter: str, value: Any) -> str:
     if letter == "B":
         return "true" if value else "false"
-    if letter in _INT_BITS:
+    if letter in INT_BITS:
         return str(value)
     if letter == "F":
         return encode_field(java_float_str(value))
@@ -515,26 +273,14 @@ def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> st
     return "&".join(parts)
 
 
-def _parse_int(text: str, bits: int) -> int | None:
-    if text.isdigit() and text.isascii() and len(text) < 19:
-        v = int(text)  # the common case
-    elif _JAVA_INT_RE.fullmatch(text) is None:
-        return None
-    else:
-        v = int(text)
-    if -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
-        return v
-    return None
-
-
 def _parse_value(letter: str, text: str) -> Property:
     if letter == "B":
         return Property("B", text.lower() == "true")  # Boolean.parseBoolean
-    if letter in _INT_BITS:
-        v = _parse_int(text, _INT_BITS[letter])
+    if letter in INT_BITS:
+        v = parse_java_int(text, INT_BITS[letter])
         return Property(letter, v) if v is not None else Property("S", text)
     if letter in ("F", "D"):
-        f = _parse_java_float(text, letter == "F")
+        f = parse_java_float(text, letter == "F")
         return Property(letter, f) if f is not None else Property("S", text)
     return Property("S", text)
 
@@ -654,7 +400,7 @@ def _decode_name_strict(
     props = decode_properties(raw_props)
     n = 0
     stored = props.get(DELIVERY_COUNT)
-    if stored is not None and stored.letter in _INT_BITS and 0 < stored.value < _INT_MAX:
+    if stored is not None and stored.letter in INT_BITS and 0 < stored.value < _INT_MAX:
         n = stored.value
     if claimed:
         delivery_count = max(n, 1)
@@ -807,7 +553,7 @@ def name_delivery_count(name: str) -> int:
     if parsed is None or len(parsed[1]) < 8:
         return 0
     stored = decode_properties(parsed[1][7]).get(DELIVERY_COUNT)
-    if stored is None or stored.letter not in _INT_BITS or not 0 < stored.value < _INT_MAX:
+    if stored is None or stored.letter not in INT_BITS or not 0 < stored.value < _INT_MAX:
         return 0
     return stored.value
 
@@ -926,168 +672,3 @@ def from_wire(name: str, now: int | None = None, claimed: bool = False) -> Messa
     if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
         msg.delivery_mode = DeliveryMode.NON_PERSISTENT
     return msg
-
-
-# ---------------------------------------------------------------- bodies
-
-_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _json_float(x: float) -> Any:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
-
-
-def _check_text(what: str, s: str) -> None:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        raise MessageFormatError(f"{what} {s!r} contains a lone surrogate") from None
-
-
-def _encode_value(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, Property):
-        letter, value = v.letter, v.value
-    elif isinstance(v, bool):
-        letter, value = "B", v
-    elif isinstance(v, int):
-        letter, value = ("I" if _INT_MIN <= v <= _INT_MAX else "L"), v
-    elif isinstance(v, float):
-        letter, value = "D", v
-    elif isinstance(v, str):
-        letter, value = "S", v
-    elif isinstance(v, (bytes, bytearray, memoryview)):
-        letter, value = "X", bytes(v)
-    else:
-        raise MessageFormatError(
-            f"body values must be None, bool, int, float, str, bytes or Property, "
-            f"not {type(v).__name__}"
-        )
-    if letter == "C":
-        if not isinstance(value, str) or len(value) != 1 or ord(value) > 0xFFFF:
-            raise MessageFormatError(f"char value must be one BMP character, got {value!r}")
-        _check_text("char", value)
-        return ["C", value]
-    if letter == "X":
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise MessageFormatError(f"bytes value must be bytes, got {value!r}")
-        return ["X", base64.b64encode(bytes(value)).decode("ascii")]
-    value = coerce(letter, value)  # B Y H I L F D S, ranges and float32 rounding
-    if letter == "S":
-        _check_text("string", value)
-        return ["S", value]
-    if letter in ("F", "D"):
-        return [letter, _json_float(value)]
-    if letter == "L":
-        return ["L", str(value)]
-    return [letter, value]
-
-
-def _decode_value(item: Any, typed: bool) -> Any:
-    if item is None:
-        return None
-    if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
-        raise MessageFormatError(f"body value must be null or [letter, value], got {item!r}")
-    letter, raw = item
-    value: Any
-    if letter == "B":
-        if not isinstance(raw, bool):
-            raise MessageFormatError(f"boolean value must be true/false, got {raw!r}")
-        value = raw
-    elif letter in _INT_BITS:
-        if letter == "L" and isinstance(raw, str) and _JAVA_INT_RE.fullmatch(raw):
-            raw = int(raw)
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise MessageFormatError(f"{letter} value must be an integer, got {raw!r}")
-        bits = _INT_BITS[letter]
-        if not -(2 ** (bits - 1)) <= raw < 2 ** (bits - 1):
-            raise MessageFormatError(f"{raw} does not fit type {letter}")
-        value = raw
-    elif letter in ("F", "D"):
-        if isinstance(raw, str) and raw in _SPECIAL_FLOATS:
-            value = _SPECIAL_FLOATS[raw]
-        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            value = float(raw)
-        else:
-            raise MessageFormatError(f"{letter} value must be a number, got {raw!r}")
-        if letter == "F":
-            value = _to_f32(value)
-    elif letter == "S":
-        if not isinstance(raw, str):
-            raise MessageFormatError(f"string value must be a string, got {raw!r}")
-        value = raw
-    elif letter == "C":
-        if not isinstance(raw, str) or len(raw) != 1 or ord(raw) > 0xFFFF:
-            raise MessageFormatError(f"char value must be one BMP character, got {raw!r}")
-        value = raw
-    elif letter == "X":
-        if not isinstance(raw, str):
-            raise MessageFormatError(f"bytes value must be a base64 string, got {raw!r}")
-        try:
-            value = base64.b64decode(raw.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError):
-            raise MessageFormatError(f"bytes value is not valid base64: {raw[:40]!r}") from None
-    else:
-        raise MessageFormatError(f"unknown body value type letter {letter!r}")
-    return Property(letter, value) if typed else value
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
-        "utf-8"
-    )
-
-
-def _loads(data: bytes) -> Any:
-    if isinstance(data, str):
-        raise MessageFormatError("body must be bytes, not str")
-    try:
-        return json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise MessageFormatError(f"body is not UTF-8 JSON: {exc}") from None
-
-
-def encode_map(values: dict[str, Any]) -> bytes:
-    """MapMessage body: ``{"name": [letter, value] | null, ...}`` as UTF-8 JSON."""
-    if not isinstance(values, dict):
-        raise MessageFormatError(f"map body must be a dict, not {type(values).__name__}")
-    out = {}
-    for name, v in values.items():
-        if not isinstance(name, str) or not name:
-            raise MessageFormatError(f"map names must be non-empty strings, got {name!r}")
-        _check_text("map name", name)
-        out[name] = _encode_value(v)
-    return _dumps(out)
-
-
-def decode_map(data: bytes, typed: bool = False) -> dict[str, Any]:
-    """Inverse of :func:`encode_map`; ``typed=True`` gives every non-null value as a Property."""
-    obj = _loads(data)
-    if not isinstance(obj, dict):
-        raise MessageFormatError("map body must be a JSON object")
-    out = {}
-    for name, item in obj.items():
-        if not name:
-            raise MessageFormatError("map body has an empty name")
-        out[name] = _decode_value(item, typed)
-    return out
-
-
-def encode_stream(values: list[Any]) -> bytes:
-    """StreamMessage body: ``[[letter, value] | null, ...]`` as UTF-8 JSON."""
-    if not isinstance(values, (list, tuple)):
-        raise MessageFormatError(f"stream body must be a list, not {type(values).__name__}")
-    return _dumps([_encode_value(v) for v in values])
-
-
-def decode_stream(data: bytes, typed: bool = False) -> list[Any]:
-    """Inverse of :func:`encode_stream`; ``typed=True`` gives every non-null value as a Property."""
-    obj = _loads(data)
-    if not isinstance(obj, list):
-        raise MessageFormatError("stream body must be a JSON array")
-    return [_decode_value(item, typed) for item in obj]

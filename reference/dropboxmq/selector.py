@@ -157,7 +157,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .errors import InvalidSelectorError
-from .message import DeliveryMode, Message, Property
+from .message import DeliveryMode, Message
+from .values import Property
 
 __all__ = ["parse", "parse_optional", "Selector", "HEADER_FIELDS", "NULL_HEADERS"]
 

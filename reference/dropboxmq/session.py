@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
-from . import codec, layout, retention, topics
+from . import codec, ids, layout, retention, topics
 from .decision import ClaimSettings, Verdict, decide
 from .clients import Registration
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
@@ -134,7 +134,7 @@ class Connection:
         check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
         ensure_layout(self.root)
         generated = client_id is None
-        self.client_id = client_id or codec.new_message_id()[3:]
+        self.client_id = client_id or ids.new_message_id()[3:]
         self._registration = Registration(self.root, self.client_id)
         self.client_id_generated = generated
         if not generated:
@@ -651,7 +651,7 @@ class MessageProducer:
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
         if ttl < 0 or delay < 0:
             raise ValueError("time_to_live and delivery_delay must be >= 0")
-        msg.message_id = codec.new_message_id()
+        msg.message_id = ids.new_message_id()
         msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
         msg.priority, msg.delivery_mode, msg.destination = prio, mode, dest
         msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0

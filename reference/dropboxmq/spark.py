@@ -104,20 +104,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import codec, layout, topics
+from . import codec, ids, javanum, layout, topics
 from .clients import Registration, hold_for_checkpoint
 from .errors import InvalidClientIDError, StoreError
 from .lifecycle import TERMINAL, Move, State
-from .message import (
-    CLASS_LETTERS,
-    DeliveryMode,
-    Message,
-    Property,
-    Queue,
-    Topic,
-    infer_letter,
-    message_for_letter,
-)
+from .message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
+from .values import Property, infer_letter
 from .codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from .codec import from_wire, now_ms, to_wire
 from .decision import ClaimSettings, Verdict, decide
@@ -221,9 +213,9 @@ def _prop_text(p: Property) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if p.letter == "F":
-        return codec.java_float_str(v)
+        return javanum.java_float_str(v)
     if p.letter == "D":
-        return codec.java_double_str(v)
+        return javanum.java_double_str(v)
     return str(v)
 
 
@@ -438,7 +430,7 @@ def _property_of(value: Any) -> Property:
 
 def _stamp(msg: Message, ttl: float) -> str:
     """Headers stamped at send, exactly as MessageProducer._prepare does."""
-    msg.message_id = codec.new_message_id()
+    msg.message_id = ids.new_message_id()
     msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
     msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
     msg.delivery_time = msg.timestamp

@@ -1,0 +1,58 @@
+"""Message ids: JMSMessageIDs in DropboxMQ 1.2's form, unique across threads and forked processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+__all__ = ["new_message_id"]
+
+_id_lock = threading.Lock()
+_id_pid: int | None = None
+_id_ms = 0
+_id_seq = 0
+_id_rng = random.Random()
+
+
+def _reseed() -> None:
+    global _id_pid
+    _id_pid = os.getpid()
+    _id_rng.seed(os.urandom(16) + _id_pid.to_bytes(8, "little"))
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by another thread at fork time would never be released in the child.
+    global _id_lock
+    _id_lock = threading.Lock()
+    _reseed()
+
+
+_FORK_HOOK = hasattr(os, "register_at_fork")
+if _FORK_HOOK:
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def new_message_id() -> str:
+    """A fresh JMSMessageID: ``ID:<epochMillis><3-digit counter>-<10 random digits>``.
+
+    Within a process the numeric prefix strictly increases (more than 1000 ids
+    in one millisecond borrow the next millisecond; a clock that steps back is
+    ignored until it catches up), so equal-priority messages keep send order.
+    Thread-safe; the random part is reseeded whenever the pid changes (fork).
+    """
+    global _id_ms, _id_seq
+    with _id_lock:
+        if _id_pid is None or (not _FORK_HOOK and os.getpid() != _id_pid):
+            _reseed()  # with the fork hook a child reseeds at fork: no getpid() per id
+        now = time.time_ns() // 1_000_000
+        if now > _id_ms:
+            _id_ms, _id_seq = now, 0
+        else:
+            _id_seq += 1
+            if _id_seq > 999:
+                _id_ms, _id_seq = _id_ms + 1, 0
+        ms, seq = _id_ms, _id_seq
+        rnd = _id_rng.randrange(10**10)
+    return f"ID:{ms}{seq:03d}-{rnd:010d}"
