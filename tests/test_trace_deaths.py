@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import spec_traces
+from dropboxmq_conformance import harness
 from dropboxmq_conformance import manifest as M
 from dropboxmq_conformance import replay as R
 from dropboxmq_conformance.harness import Proc, Scenario, make_layout
@@ -141,3 +142,22 @@ def test_the_suite_records_the_processes_it_kills_and_only_those(tmp_path):
     kills = [r for r in sc.records if r.get("op") == "kill"]
     assert [(k["clients"], k["role"], k["label"]) for k in kills] == [(["impl-9", "own-id"], "consume", "sleeper")]
     assert load_trace(sc.dir / "trace.jsonl")  # the trace file holds it in the documented format
+
+
+def test_a_process_killed_twice_is_recorded_dead_once(tmp_path, monkeypatch):
+    """Proc.wait kills the group's stragglers after a kill; on a loaded machine the killed group
+    can still be listed as running then.  A second kill record made TLC reject the suite's own
+    trace (a dead process cannot die again)."""
+    m = M.load(M.impls_dir() / "shell" / "shell.toml")
+    sc = Scenario("deaths", tmp_path / "deaths", m)
+    make_layout(sc.root)
+    sc.watcher.start()
+    try:
+        sleeper = Proc(f"{sys.executable} -c 'import time; time.sleep(60)'", {}, sc.dir / "logs", "sleeper",
+                       "consume", "impl-9", sc.record_death)
+        monkeypatch.setattr(harness, "group_running", lambda pgid: True)  # not reaped yet, as under load
+        sleeper.kill()
+        sleeper.wait(10)
+    finally:
+        sc.close()
+    assert [r["clients"] for r in sc.records if r.get("op") == "kill"] == [["impl-9"]]

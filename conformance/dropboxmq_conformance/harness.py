@@ -162,14 +162,23 @@ class Proc:
         self._out, self._err = open(self.out_path, "wb"), open(self.err_path, "wb")
         self.p = spawn(cmd, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env)
         self.timed_out = False
+        self.death_recorded = False
 
     def signal(self, sig: int) -> None:
         _killpg(self.p.pid, sig)
 
     def kill(self, holds: list[str] | None = None) -> None:
-        """kill -9 of the whole group, recorded in the trace when it was still running."""
+        """kill -9 of the whole group, recorded in the trace when it was still running -- once:
+        a group killed a moment ago may still be listed as running (death is not instant on a
+        loaded machine), and a second record would kill a process the trace has dead already."""
         on_death = self.on_death
-        kill_group(self.p.pid, None if on_death is None else lambda: on_death(self, holds or []))
+
+        def record() -> None:
+            self.death_recorded = True
+            if on_death is not None:
+                on_death(self, holds or [])
+
+        kill_group(self.p.pid, None if on_death is None or self.death_recorded else record)
 
     def wait(self, timeout: float) -> int | None:
         try:
