@@ -7,10 +7,12 @@ The traces below are written by hand (as an outsider would), not recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -123,22 +125,28 @@ def test_kill_records_are_read_and_checked(tmp_path):
     assert death_of({"op": "kill", "client": "x", "role": "publish"}).producer
 
 
-def test_the_suite_records_the_processes_it_kills_and_only_those(tmp_path):
-    """A running process the suite kills gets a kill record (its client ids: the one given and
-    those of the processing/ names it held); one that exited on its own gets none."""
+@contextlib.contextmanager
+def _watched_sleeper(tmp_path: Path) -> Iterator[tuple[Scenario, Proc]]:
+    """A scenario whose watcher records deaths, and a long-sleeping consumer process in it."""
     m = M.load(M.impls_dir() / "shell" / "shell.toml")
     sc = Scenario("deaths", tmp_path / "deaths", m)
     make_layout(sc.root)
     sc.watcher.start()
     try:
-        sleeper = Proc(f"{sys.executable} -c 'import time; time.sleep(60)'", {}, sc.dir / "logs", "sleeper",
+        yield sc, Proc(f"{sys.executable} -c 'import time; time.sleep(60)'", {}, sc.dir / "logs", "sleeper",
                        "consume", "impl-9", sc.record_death)
+    finally:
+        sc.close()
+
+
+def test_the_suite_records_the_processes_it_kills_and_only_those(tmp_path):
+    """A running process the suite kills gets a kill record (its client ids: the one given and
+    those of the processing/ names it held); one that exited on its own gets none."""
+    with _watched_sleeper(tmp_path) as (sc, sleeper):
         done = Proc("true", {}, sc.dir / "logs", "done", "consume", "impl-8", sc.record_death)
         done.wait(10)
         sleeper.kill(holds=[f"own-id~{NAME}"])
         sleeper.wait(10)
-    finally:
-        sc.close()
     kills = [r for r in sc.records if r.get("op") == "kill"]
     assert [(k["clients"], k["role"], k["label"]) for k in kills] == [(["impl-9", "own-id"], "consume", "sleeper")]
     assert load_trace(sc.dir / "trace.jsonl")  # the trace file holds it in the documented format
@@ -148,16 +156,8 @@ def test_a_process_killed_twice_is_recorded_dead_once(tmp_path, monkeypatch):
     """Proc.wait kills the group's stragglers after a kill; on a loaded machine the killed group
     can still be listed as running then.  A second kill record made TLC reject the suite's own
     trace (a dead process cannot die again)."""
-    m = M.load(M.impls_dir() / "shell" / "shell.toml")
-    sc = Scenario("deaths", tmp_path / "deaths", m)
-    make_layout(sc.root)
-    sc.watcher.start()
-    try:
-        sleeper = Proc(f"{sys.executable} -c 'import time; time.sleep(60)'", {}, sc.dir / "logs", "sleeper",
-                       "consume", "impl-9", sc.record_death)
+    with _watched_sleeper(tmp_path) as (sc, sleeper):
         monkeypatch.setattr(harness, "group_running", lambda pgid: True)  # not reaped yet, as under load
         sleeper.kill()
         sleeper.wait(10)
-    finally:
-        sc.close()
     assert [r["clients"] for r in sc.records if r.get("op") == "kill"] == [["impl-9"]]
