@@ -241,8 +241,9 @@ class Watcher:
         one whose move is still queued: the queue is drained after the walk, so only
         what no event explains is reported (as ``"synthetic": "scan"``)."""
         with self._lock:
-            unwatched = [os.path.join(dirpath, d) for dirpath, dirnames, _ in os.walk(self.root)
-                         for d in dirnames if os.path.join(dirpath, d) not in self._path_wd]
+            dirs = (os.path.join(dirpath, d) for dirpath, dirnames, _ in os.walk(self.root) for d in dirnames)
+            # a symlink is an entry, never watched: leaving it out keeps the drain for real candidates
+            unwatched = [p for p in dirs if p not in self._path_wd and not os.path.islink(p)]
             if not unwatched:
                 return
             self._drain()
