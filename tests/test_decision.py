@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from dropboxmq import codec, ids
-from dropboxmq.decision import ClaimSettings, Verdict, claimable_unread, decide
+from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.message import DeliveryMode, TextMessage
 from dropboxmq.values import Property
 from dropboxmq.selector import parse
@@ -19,12 +19,17 @@ def wire(**kw) -> str:
     return codec.to_wire(msg)
 
 
-def test_plain_name_is_claimed_without_a_decode():
+def test_plain_name_is_claimed_with_its_tail_read_once():
     name = wire()
     d = decide(name, NOW, PLAIN)
-    assert (d.verdict, d.header, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, None, 1, False)
+    assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 1, False)
     assert d.claimed_name == codec.with_delivery_count(name, 1)
     assert codec.name_delivery_count(d.claimed_name) == 1
+    assert vars(d.header) == vars(codec.from_wire(name, NOW))
+    codec._first_delivery_tail.cache_clear()
+    for _ in range(3):
+        decide(wire(priority=7), NOW, PLAIN)
+    assert codec._first_delivery_tail.cache_info().misses == 1  # three names, one tail decoded
 
 
 def test_selector_rejects_or_claims_with_the_decoded_header():
@@ -59,17 +64,19 @@ def test_redelivered_name_counts_on_and_dead_letters_past_the_last_attempt():
 
 def test_no_attempt_allowed_dead_letters_even_the_fast_path():
     d = decide(wire(), NOW, ClaimSettings(max_delivery_attempts=0))
-    assert d.verdict is Verdict.CLAIM and d.header is None and d.dead_letter
+    assert d.verdict is Verdict.CLAIM and d.dead_letter
 
 
-def test_names_that_could_hide_a_hold_back_are_decoded():
-    assert claimable_unread(wire())
-    assert claimable_unread(wire(delivery_mode=DeliveryMode.NON_PERSISTENT))
-    assert not claimable_unread(wire(expiration=NOW + 10))
-    assert not claimable_unread(wire(delivery_time=NOW + 10))
-    assert not claimable_unread(codec.with_delivery_count(wire(), 1))
-    assert not claimable_unread("4.1-2.T..%4Aunk")  # an escape could hide any field
-    assert claimable_unread("not a dropboxmq name")  # foreign: decoded as priority 4, nothing held back
+def test_names_that_could_hold_a_claim_back_are_decoded_in_full():
+    assert codec.first_delivery(wire()) is not None
+    assert codec.first_delivery(wire(delivery_mode=DeliveryMode.NON_PERSISTENT)) is not None
+    assert codec.first_delivery(wire(expiration=NOW + 10)) is None
+    assert codec.first_delivery(wire(delivery_time=NOW + 10)) is None
+    assert codec.first_delivery(codec.with_delivery_count(wire(), 1)) is None
+    assert codec.first_delivery("4.1-2.T.....%4AMSXDeliveryCountI=1") is None  # an escaped count is a count
+    assert codec.first_delivery("4.1-2.T..%4AMSXDeliveryCountI=1") is not None  # a correlation id, not a count
+    assert codec.first_delivery("not a dropboxmq name") is None  # foreign: the full decode says what it is
+    assert codec.first_delivery("+4.1-2.T") is None  # a priority 1.2 would not write
 
 
 names = st.one_of(
@@ -79,6 +86,15 @@ names = st.one_of(
               st.integers(-3, 12), st.sampled_from(["", "0", str(NOW - 1), str(NOW + 1), "x"]),
               st.sampled_from(["", "aS=1", "JMSXDeliveryCountI=2", "JMS_DropboxMQ_DeliveryTimeL=" + str(NOW + 9),
                                "%4AMSXDeliveryCountI=5", "JMSXDeliveryCountI=x"])),
+    # first deliveries of every shape: any class letter, escaped and non-ASCII fields, tails up to
+    # and over the 255-byte limit once the count is stamped, too many fields
+    st.builds(lambda p, mid, fields: f"{p}.{mid}." + ".".join(fields),
+              st.sampled_from(["0", "4", "9", "04", "+4", "-1", "10"]),
+              st.sampled_from(["1763000000000123-0000000001", "1-2", "x-1", "ID%3A1-2", "12"]),
+              st.lists(st.one_of(st.sampled_from(["T", "B", "M", "P", "S", "O", "X", "", "Qq", "Tt", "%41",
+                                                  "aS=1&bI=2", "é", "x" * 120, "a+b", "JMSXDeliveryCountI=3"]),
+                                 st.text(alphabet="aZ09%&=.+-_~é", max_size=12)),
+                       min_size=1, max_size=7)),
 )
 
 
@@ -91,3 +107,16 @@ def test_fast_path_agrees_with_the_full_decode(name):
     slow = decide(name, NOW, ClaimSettings(parse("1 = 1")))
     assert (fast.verdict, fast.delivery_count, fast.claimed_name, fast.until, fast.dead_letter) == \
            (slow.verdict, slow.delivery_count, slow.claimed_name, slow.until, slow.dead_letter)
+
+
+@settings(max_examples=300, deadline=None)
+@given(names)
+def test_first_delivery_reads_a_name_as_the_full_decode_does(name):
+    """The per-tail cache gives the very claimed name and message the codec gives."""
+    first = codec.first_delivery(name)
+    if first is not None:
+        claimed, msg = first
+        full = codec.from_wire(name, NOW)
+        assert claimed == codec.with_delivery_count(name, 1)
+        assert type(msg) is type(full) and vars(msg) == vars(full)
+        assert msg.properties is not codec.first_delivery(name)[1].properties  # each message its own dict

@@ -9,7 +9,7 @@ import select
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from . import checks as C
 from .checks import Result
@@ -124,10 +124,10 @@ def _drained(a: Adapter, queue: str, what: str, timeout_ms: int = ABSENT_MS) -> 
     _expect(extra is None, f"{what}: a new session still received {extra and extra.get('body')!r}")
 
 
-def _receive_up_to(a: Adapter, n: int, **where) -> list[dict | None]:
+def _receive_up_to(a: Adapter, n: int, **where) -> list[Any]:
     """Up to ``n`` receives that must each return a message; stops at the first that returns none
     (the check fails on it anyway, and a broken provider should not cost n full waits)."""
-    got: list[dict | None] = []
+    got: list[Any] = []  # message dicts, the last one None if a receive returned none
     while len(got) < n and (not got or got[-1] is not None):
         got.append(a.ok("receive", timeout_ms=DELIVER_MS, **where)["message"])
     return got
@@ -288,9 +288,9 @@ def s_selector(a: Adapter, root: Path | None) -> str:
     s = a.ok("session", ack_mode="auto")["session"]
     for i in range(4):
         a.ok("send", session=s, queue="QSEL", body=f"{i}", properties={"color": "red" if i % 2 == 0 else "blue"})
-    got = []
+    got: list[dict] = []
     while (m := a.ok("receive", session=s, queue="QSEL", selector="color = 'red'",
-                                timeout_ms=DELIVER_MS if len(got) < 2 else ABSENT_MS)["message"]):
+                     timeout_ms=DELIVER_MS if len(got) < 2 else ABSENT_MS)["message"]):
         got.append(m)
     _expect(sorted(m["body"] for m in got) == ["0", "2"], f"selector color = 'red' delivered {[m['body'] for m in got]}")
     _files(root, "QSEL", ("target", 2))

@@ -16,9 +16,9 @@ that execute the verdict with ``store.Dropbox.move`` (one lifecycle move each), 
 tests drive it with any clock they like.
 
 The fast path: without a selector, a name that carries nothing that could hold it back
-(no expiration, no delivery time, no delivery count yet, no escape hiding one of them) is
-claimed without decoding it at all; its header is decoded after the claim, so a lost race
-costs no decode.
+(no expiration, no delivery time, no delivery count yet) is read by ``codec.first_delivery``,
+which decodes each distinct tail of a name (everything after priority and id) once, not each
+name.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .message import Message
 if TYPE_CHECKING:
     from .selector import Selector
 
-__all__ = ["Verdict", "Decision", "ClaimSettings", "decide", "claimable_unread"]
+__all__ = ["Verdict", "Decision", "ClaimSettings", "decide"]
 
 
 class Verdict(enum.Enum):
@@ -53,29 +53,18 @@ class ClaimSettings:
 
 class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tried
     verdict: Verdict
-    header: Message | None = None  # the decoded name; None on the fast path (decode after the claim)
+    header: Message | None = None  # the decoded name (always set for CLAIM)
     delivery_count: int = 1  # CLAIM: the delivery this claim makes
     claimed_name: str = ""  # CLAIM: the name with ``delivery_count`` stamped (what processing/ holds after the prefix)
     until: int = 0  # DEFER: ms since the epoch
     dead_letter: bool = False  # CLAIM: past max_delivery_attempts
 
 
-def claimable_unread(name: str) -> bool:
-    """Can a consumer without a selector claim ``name`` before decoding it?  Yes when nothing
-    in it could keep the claim back or change the claimed name: no expiration field, no
-    delivery time, no delivery count yet (so this is delivery 1), and no escape that could
-    hide one of them."""
-    if "%" in name or codec.DELIVERY_TIME_PROP in name or codec.DELIVERY_COUNT in name:
-        return False
-    fields = name.split(".", 4)
-    return len(fields) < 4 or not fields[3]
-
-
 def decide(name: str, now: int, settings: ClaimSettings) -> Decision:
     """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch)."""
-    if settings.selector is None and claimable_unread(name):
-        return Decision(Verdict.CLAIM, None, 1, codec.with_delivery_count(name, 1),
-                        dead_letter=settings.max_delivery_attempts < 1)
+    if settings.selector is None and (first := codec.first_delivery(name)) is not None:
+        claimed, header = first
+        return Decision(Verdict.CLAIM, header, 1, claimed, dead_letter=settings.max_delivery_attempts < 1)
     header = codec.from_wire(name, now)
     if settings.selector is not None and not settings.selector.matches(header):
         return Decision(Verdict.SKIP, header)

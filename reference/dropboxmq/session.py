@@ -99,8 +99,6 @@ class Settings:
     poll_interval: float = 0.05  # s: longest wait between two looks at an empty target/
     recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
     dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
-    min_batch: int = 256  # names taken from one listing, at least ...
-    batch_fraction: int = 8  # ... or 1/8 of the listing: keeps per-message scan cost flat
     allow_network_fs: bool = False
     # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
     # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
@@ -803,30 +801,28 @@ def body_of(msg: Message) -> Any:
 
 
 class _Scanner:
-    """Which name to try next: one listing per poll, a capped batch in priority order.
+    """Which name to try next: the names of the last listing of ``target/``, in delivery order.
 
-    The batch is at least ``min_batch`` names or 1/``batch_fraction`` of the
-    listing, so the listing's cost per message stays flat as the backlog grows;
-    a fresh listing is taken when the batch runs out or ``scan_interval`` passed
-    (scaled by how long a listing takes), so newly arrived higher-priority
-    messages overtake the backlog within one scan interval.
+    A fresh listing is taken when the walk reaches its end or ``scan_interval`` passed
+    (scaled by how long a listing takes: at most a tenth of the time goes to listing), so
+    newly arrived higher-priority messages overtake the backlog within one scan interval
+    and a listing's cost is shared by every message it found.
     """
 
     def __init__(self, box: Dropbox, settings: Settings):
         self.box = box
         self.settings = settings
-        self._batch: list[str] = []
-        self._pos = 0
-        self._listed_at = -1e9
-        self._list_cost = 0.0
-        self._keys: dict[str, tuple] = {}
+        self._walk: list[str] = []  # the listing in delivery order, less the skipped names
+        self._pos = 0  # the next name of the walk to try
+        self._fresh_until = -1e9  # monotonic time after which the listing is taken again
+        # codec.sort_rank of every listed name, so that a relisting keys only the new names (one
+        # int a name, not a tuple: a 1M backlog's keys cost ~50 MB instead of ~120 MB)
+        self._ranks: dict[str, int] = {}
         self._order: list[str] = []  # every name of the last listing, in delivery order
-        self._spread = 1  # batch multiplier: grows while competing consumers take the head
-        self._raced = 0  # races lost since the last listing
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
 
     def invalidate(self) -> None:
-        self._batch, self._pos = [], 0
+        self._walk, self._pos = [], 0
 
     def lost_race(self) -> None:
         """A competing consumer claimed the name just tried: it is working through the same
@@ -834,56 +830,58 @@ class _Scanner:
         to a random place among the remaining names of the same priority instead; names
         jumped over stay for the others or the next listing.  (A lone consumer never loses
         a race, so its order is untouched.)"""
-        self._raced += 1
-        batch, lo = self._batch, self._pos
-        if lo >= len(batch):
+        walk, lo = self._walk, self._pos
+        if lo >= len(walk):
             return
-        k = self._keys
-        hi = bisect.bisect_right(batch, k[batch[lo]][0], lo=lo, key=lambda n: k[n][0])
+        ranks, priority_of = self._ranks, codec.rank_priority
+        hi = bisect.bisect_right(walk, priority_of(ranks[walk[lo]]), lo=lo, key=lambda n: priority_of(ranks[n]))
         if hi - lo > 1:
             self._pos = random.randrange(lo, hi)
 
-    def _stale(self, now: float) -> bool:
-        return now - self._listed_at > max(self.settings.scan_interval, 10 * self._list_cost)
-
     def relist(self) -> None:
-        """List target/ and take the next batch.  Only names new since the last listing are
-        keyed and sorted; they are merged into the kept order (timsort merges two sorted
+        """List target/ and walk it from the head.  Only names new since the last listing are
+        ranked and sorted; they are merged into the kept order (timsort merges two sorted
         runs in linear time), so a relisting of a large backlog costs O(listing), not
-        O(n log n) key computations."""
+        O(n log n) rank computations.  Equal ranks (foreign names of one priority) keep the
+        order they were first listed in."""
         started = time.monotonic()
         names = self.box.list(State.NEW)
-        keys = self._keys
-        self._keys = k = {n: keys.get(n) or codec.sort_key(n) for n in names}
-        fresh = [n for n in names if n not in keys]
-        order = [n for n in self._order if n in k] if len(k) - len(fresh) else []
+        ranks = self._ranks
+        listed = set(names)
+        del names
+        gone = ranks.keys() - listed
+        for n in gone:
+            del ranks[n]
+        fresh = sorted(listed.difference(ranks))  # by name first: equal ranks in name order
+        del listed
+        rank = codec.sort_rank
+        for n in fresh:
+            ranks[n] = rank(n)
+        fresh.sort(key=ranks.__getitem__)
+        order = [n for n in self._order if n in ranks] if gone else self._order
         if fresh:
-            fresh.sort(key=k.__getitem__)
-            order += fresh
+            order = order + fresh if order else fresh
             if len(order) > len(fresh):
-                order.sort(key=k.__getitem__)
+                order.sort(key=ranks.__getitem__)
         self._order = order
         if self.skip:
-            self.skip &= k.keys()
+            self.skip &= ranks.keys()
             order = [n for n in order if n not in self.skip]
-        if self._raced:  # competitors share the head of the listing: take a wider batch
-            self._spread = min(self._spread * 2, self.settings.batch_fraction)
-        elif self._spread > 1:
-            self._spread //= 2
-        self._raced = 0
-        size = max(self.settings.min_batch, len(order) * self._spread // self.settings.batch_fraction)
-        self._batch = order[:size]
-        self._pos = 0
-        self._listed_at = time.monotonic()
-        self._list_cost = self._listed_at - started
+        self._walk, self._pos = order, 0
+        listed_at = time.monotonic()
+        # a tenth of the time at most goes to listing; a new high priority waits one scan interval
+        self._fresh_until = listed_at + max(self.settings.scan_interval, 10 * (listed_at - started))
 
     def next(self) -> str | None:
-        if self._pos >= len(self._batch) or self._stale(time.monotonic()):
+        walk = self._walk
+        if self._pos >= len(walk) or time.monotonic() > self._fresh_until:
             self.relist()
-        while self._pos < len(self._batch):
-            name = self._batch[self._pos]
+            walk = self._walk
+        skip = self.skip
+        while self._pos < len(walk):
+            name = walk[self._pos]
             self._pos += 1
-            if name not in self.skip:
+            if name not in skip:
                 return name
         return None
 
@@ -1088,8 +1086,7 @@ class MessageConsumer:
             log.warning("%s delivered %d times: dead-lettered", name, count - 1)
             box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
             return None
-        if header is None:
-            header = from_wire(name, now)
+        assert header is not None  # decide() decodes every name it claims
         body_file = None
         try:
             if read_body:
