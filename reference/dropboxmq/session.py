@@ -821,6 +821,16 @@ class _Scanner:
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
 
+    @property
+    def names_listed(self) -> int:
+        """Names in the last listing of target/ (what a relisting costs)."""
+        return len(self._ranks)
+
+    @property
+    def walk_length(self) -> int:
+        """Names the last listing gave to try, at most one claim each, before the next listing."""
+        return len(self._walk)
+
     def invalidate(self) -> None:
         self._walk, self._pos = [], 0
 
