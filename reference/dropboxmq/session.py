@@ -268,7 +268,7 @@ class TemporaryTopic(_Temporary, Topic):
 # ---------------------------------------------------------------- session
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivery:
     """A message in processing/ that this session holds."""
 
@@ -970,22 +970,24 @@ class MessageConsumer:
         return max(0.0, (min(self._deferred.values()) - now_ms()) / 1000)
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
-        self._check_receive()
+        session = self.session
+        if self._closed or self._listener is not None or session._closed or session.connection._closed:
+            self._check_receive()  # (raises the error that says which)
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
-            if self.session.connection._started.is_set():
-                with self.session._lock:
+            if session.connection._started.is_set():
+                with session._lock:
                     d = self._claim_next(read_body)
                     if d is not None:
                         try:
-                            self.session._delivered(d)
+                            session._delivered(d)
                         except BaseException:
                             if d.body_file is not None:
                                 d.body_file.close()
                             raise
                         return d
-                    self.session._flush_lazy_acks()
+                    session._flush_lazy_acks()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None

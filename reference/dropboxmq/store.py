@@ -305,8 +305,9 @@ class Dropbox:
         an open regular file: it is copied from offset 0 in chunks (a large body is never
         held in memory; several copies of one file each start at 0)."""
         next_state(State.ABSENT, Move.CREATE)
-        if len(os.fsencode(name)) > MAX_NAME_BYTES:
-            raise StoreError(f"file name is {len(os.fsencode(name))} bytes, over the {MAX_NAME_BYTES}-byte limit")
+        size = len(name) if name.isascii() else len(os.fsencode(name))  # (every encoded name is ASCII)
+        if size > MAX_NAME_BYTES:
+            raise StoreError(f"file name is {size} bytes, over the {MAX_NAME_BYTES}-byte limit")
         path = self.file(State.NOT_COMMITTED, name)
         self._check_plain(State.NOT_COMMITTED)
         try:
