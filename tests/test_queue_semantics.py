@@ -20,7 +20,7 @@ from dropboxmq.errors import (
     NameTooLongError,
     UnsupportedFileSystemError,
 )
-from dropboxmq.lifecycle import Move
+from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage
 from dropboxmq.values import Property
 from dropboxmq.session import (
@@ -468,6 +468,25 @@ def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(ro
         clock.offset += 1.01  # one scan interval passes
         assert cons.receive(WAIT).text == "HIGH"
         assert [m.text for m in drain(cons, 0.05)] == [f"low{i}" for i in range(1, 50)]
+
+
+def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):
+    """A drain walks the whole listing: target/ is listed again only when the walk ends or the
+    listing is stale, not every eighth of the backlog (the consume profile had 15 % of its time
+    in relisting)."""
+    clock = _FakeMonotonic()  # time stands still: the listing never goes stale
+    monkeypatch.setattr(session_mod, "time", clock)
+    settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
+    with Connection(root, "a", settings) as c:
+        c.create_session().create_producer(Q).send_many([TextMessage(body=str(i)) for i in range(2000)],
+                                                       delivery_mode=DeliveryMode.NON_PERSISTENT)
+        cons = c.create_session().create_consumer(Q)
+        listings = []
+        real_list = cons.box.list
+        monkeypatch.setattr(cons.box, "list", lambda state: listings.append(state) or real_list(state))
+        got = [m.text for m in iter(cons)]
+    assert got == [str(i) for i in range(2000)]
+    assert listings.count(State.NEW) == 2  # the backlog, then the empty target/ that ends the drain
 
 
 def test_priority_order_of_a_backlog(root):
