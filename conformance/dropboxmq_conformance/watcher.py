@@ -233,8 +233,10 @@ class Watcher:
                     if synthesize and e.path not in self._path_wd:
                         self._emit({"op": "create", "path": self._rel(e.path), "kind": "dir", "synthetic": how})
                     stack.append(e.path)
-                elif synthesize and self._rel(e.path) not in self._known_files:
-                    listed.append((self._path_wd.get(d), e.name, self._rel(e.path)))
+                elif synthesize:
+                    rel = self._rel(e.path)
+                    if rel not in self._known_files:
+                        listed.append((self._path_wd.get(d), e.name, rel))
         if listed:
             self._report_unexplained(listed, how)
 
@@ -288,10 +290,10 @@ class Watcher:
 
     def _drain(self) -> None:
         while self._ino is not None:
-            events = self._ino.read(timeout=0)
-            if not events:
+            self._read_ahead()
+            if not self._queue:
                 return
-            self._handle(events)
+            self._handle([])
 
     def _final_rescan(self) -> None:
         present: set[str] = set()
