@@ -738,3 +738,21 @@ def test_message_body_accessors_use_the_codec():
     s = StreamMessage()
     s.items = [1, b"b", None]
     assert s.items == [1, b"b", None]
+
+
+@pytest.mark.parametrize("pairs", [
+    [("B", True, "pB=true"), ("I", 1, "pI=1"), ("D", 1.0, "pD=1%2E0"), ("L", 1, "pL=1"), ("S", "1", "pS=1")],
+    [("D", 0.0, "pD=0%2E0"), ("D", -0.0, "pD=-0%2E0"), ("F", -0.0, "pF=-0%2E0"), ("F", 0.0, "pF=0%2E0")],
+    [("D", float("nan"), "pD=NaN"), ("D", float("inf"), "pD=Infinity"), ("D", float("-inf"), "pD=-Infinity")],
+    [("I", True, None), ("I", 2**40, None), ("S", [1], None), ("I", 1, "pI=1")],  # None: must raise, every time
+])
+def test_cached_property_encoding_tells_apart_values_that_compare_equal(pairs):
+    """A producer encodes each property pair once (cached): values equal to Python (True == 1 == 1.0,
+    0.0 == -0.0) must still be written as their own type and sign, and invalid ones rejected each time."""
+    for _ in range(2):  # the second round is answered by the cache
+        for letter, value, want in pairs:
+            if want is None:
+                with pytest.raises(MessageFormatError):
+                    codec.encode_properties({"p": Property(letter, value)})
+            else:
+                assert codec.encode_properties({"p": Property(letter, value)}) == want

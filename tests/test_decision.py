@@ -79,6 +79,13 @@ def test_names_that_could_hold_a_claim_back_are_decoded_in_full():
     assert codec.first_delivery("+4.1-2.T") is None  # a priority 1.2 would not write
 
 
+def test_a_name_with_no_room_for_the_count_is_claimed_unchanged():
+    name = "4.1763000000000123-0000000001.T.....aS=" + "x" * (250 - 39)
+    assert len(name) == 250 and codec.with_delivery_count(name, 1) == name  # 255 bytes at most
+    claimed, _ = codec.first_delivery(name)
+    assert claimed == name
+
+
 names = st.one_of(
     st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1,
              max_size=60),

@@ -246,6 +246,25 @@ def _format_value(letter: str, value: Any) -> str:
 
 
 def _encode_pair(name: str, prop: Any) -> str:
+    if isinstance(prop, Property) and type(name) is str:
+        value = prop.value
+        try:  # the key tells apart values that compare equal: True == 1 == 1.0, and 0.0 == -0.0
+            return _encoded_pair(name, prop.letter, type(value).__qualname__,
+                                 repr(value) if type(value) is float else None, value)
+        except TypeError:  # an unhashable value: encoded (and rejected) below
+            pass
+    return _encode_pair_uncached(name, prop)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_pair(name: str, letter: str, _value_type: str, _float_repr: str | None, value: Any) -> str:
+    """_encode_pair, cached: one producer's messages mostly carry the same properties (e.g.
+    its delivery mode), so a producer validates and encodes each pair once, not once a send.
+    (Exceptions are never cached: an invalid pair raises every time.)"""
+    return _encode_pair_uncached(name, Property(letter, value))
+
+
+def _encode_pair_uncached(name: str, prop: Any) -> str:
     if not isinstance(name, str) or not name:
         raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
     if not isinstance(prop, Property):

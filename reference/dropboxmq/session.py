@@ -17,7 +17,6 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import enum
 import errno
 import functools
@@ -641,7 +640,9 @@ class MessageProducer:
         dest = destination or self.destination
         if dest is None:
             raise InvalidDestinationError("no destination: give one to the producer or to send()")
-        mode = DeliveryMode(self.delivery_mode if delivery_mode is None else delivery_mode)
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if type(mode) is not DeliveryMode:
+            mode = DeliveryMode(mode)
         prio = self.priority if priority is None else priority
         if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
             raise ValueError(f"priority must be an int from 0 to 9, got {prio!r}")
@@ -710,9 +711,11 @@ class MessageProducer:
                                     source=source)
                 return
             created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
-            with contextlib.ExitStack() as held:
-                for box in {b.path: b for _, _, boxes in prepared for b in boxes}.values():
-                    held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
+            # no orphan sweep while we CREATE..SEND (one lock a dropbox, released in any case)
+            locks = [box.working_lock() for box in {b.path: b for _, _, boxes in prepared for b in boxes}.values()]
+            try:
+                for lock in locks:
+                    lock.__enter__()
                 try:
                     for msg, name, boxes in prepared:
                         durable = msg.delivery_mode == DeliveryMode.PERSISTENT
@@ -729,6 +732,9 @@ class MessageProducer:
                     for box, name, *_ in created:  # those already SENT are gone from working/: no-op
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
+            finally:
+                for lock in locks:
+                    lock.__exit__()
             sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
 
 
@@ -820,6 +826,16 @@ class _Scanner:
         self._ranks: dict[str, int] = {}
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
+
+    @property
+    def names_listed(self) -> int:
+        """Names in the last listing of target/ (what a relisting costs)."""
+        return len(self._ranks)
+
+    @property
+    def walk_length(self) -> int:
+        """Names the last listing gave to try, at most one claim each, before the next listing."""
+        return len(self._walk)
 
     def invalidate(self) -> None:
         self._walk, self._pos = [], 0

@@ -32,7 +32,7 @@ from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 __all__ = [
     "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
-    "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
+    "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
     "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
 ]
 
@@ -273,26 +273,12 @@ class Dropbox:
         for state in states:  # (by path, not a held fd: one open more, next to an fsync)
             fsync_dir(self._dirs[state])
 
-    @contextlib.contextmanager
-    def working_lock(self, exclusive: bool = False) -> Iterator[bool]:
+    def working_lock(self, exclusive: bool = False) -> "WorkingLock":
         """flock on working/: a producer holds it shared from CREATE to SEND, so the orphan
         sweep, which tries it exclusive and without waiting, never takes a live producer's
-        file for an orphan however long the producer stalls.  Yields whether it was taken
-        (the sweep skips a dropbox whose producers are busy; a producer always waits)."""
-        try:
-            fd = os.open(self._dirs[State.NOT_COMMITTED], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:  # no working/ or no access: a CREATE there fails on its own, with its error
-            yield not exclusive
-            return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        file for an orphan however long the producer stalls.  ``with`` gives whether it was
+        taken (the sweep skips a dropbox whose producers are busy; a producer always waits)."""
+        return WorkingLock(self._dirs[State.NOT_COMMITTED], exclusive)
 
     # --- listing
     def list(self, state: State) -> list[str]:
@@ -511,6 +497,35 @@ def _copy_file(src: int, dst: int) -> None:
 
 class NotARegularFile(OSError):
     """A symlink, FIFO, device or directory where a message file should be."""
+
+
+class WorkingLock:
+    """``Dropbox.working_lock()``: a context manager, not a generator one (a producer takes it
+    once a send)."""
+
+    __slots__ = ("path", "exclusive", "fd")
+
+    def __init__(self, path: str, exclusive: bool):
+        self.path, self.exclusive, self.fd = path, exclusive, -1
+
+    def __enter__(self) -> bool:
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # no working/ or no access: a CREATE there fails on its own, with its error
+            return not self.exclusive
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB if self.exclusive else fcntl.LOCK_SH)
+        except BlockingIOError:
+            return False
+        except BaseException:
+            self.__exit__()
+            raise
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
 
 def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:

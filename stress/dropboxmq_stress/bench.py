@@ -700,13 +700,13 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
 
     consumer = session.create_consumer(Queue(f"b{n}"))
     scanner = consumer._scanner
-    listings: list[tuple[float, int, int]] = []  # (seconds, names listed, batch taken)
+    listings: list[tuple[float, int, int]] = []  # (seconds, names listed, names to walk)
     relist = scanner.relist
 
     def timed_relist() -> None:
         t0 = time.perf_counter()
         relist()
-        listings.append((time.perf_counter() - t0, len(scanner._keys), len(scanner._batch)))
+        listings.append((time.perf_counter() - t0, scanner.names_listed, scanner.walk_length))
 
     scanner.relist = timed_relist  # type: ignore[method-assign]
     label = f"backlog {_label_n(n)}: consume"
