@@ -455,6 +455,81 @@ def test_watcher_rescan_does_not_invent_a_directory_whose_move_is_still_queued(t
         ("rename", "target/d", "processing/c~d"), ("rename", "processing/c~d", "error/c~d")]
 
 
+def _new_queue_listed_with(monkeypatch, tmp_path, on_listing):
+    """A queue directory made (with its state dirs and an open working/X) while only the root is
+    watched, so that its IN_CREATE makes the watcher walk it; ``on_listing(dir)`` runs just before
+    the walk lists each directory (after its watch was added): the producer acting mid-walk."""
+    import types
+
+    from dropboxmq_conformance import watcher as watcher_module
+
+    listed: list[str] = []
+
+    def scandir(path):
+        listed.append(os.path.relpath(path, tmp_path))
+        on_listing(listed[-1])
+        return os.scandir(path)
+
+    seen_by_watcher = types.SimpleNamespace(**{**vars(os), "scandir": scandir})
+    monkeypatch.setattr(watcher_module, "os", seen_by_watcher)  # os.walk keeps the real one
+    return listed
+
+
+def test_watcher_scan_of_a_new_directory_does_not_report_a_file_whose_move_is_still_queued(tmp_path, monkeypatch):
+    """The CI flake: the walk of a new queue directory listed working/X, then the producer moved
+    X to target/ after target's watch was added and before target was listed.  Reporting both
+    listings as created made the replay see the queued rename land on an existing name."""
+    w = Watcher(tmp_path, start_thread=False).start()
+    box = tmp_path / "QCLI" / "incoming"
+    for d in ("working", "target"):
+        (box / d).mkdir(parents=True)
+    body = open(box / "working" / "X", "wb")
+    body.write(b"body")
+
+    def producer(rel):
+        if rel == "QCLI/incoming/target":
+            body.close()
+            os.rename(box / "working" / "X", box / "target" / "X")
+
+    listed = _new_queue_listed_with(monkeypatch, tmp_path, producer)
+    w.rescan()  # reads the queue's IN_CREATE (the walk), then the close and the move
+    w.stop()
+    assert listed.index("QCLI/incoming/working") < listed.index("QCLI/incoming/target")
+    assert [{k: r[k] for k in ("op", "path", "src", "dst", "synthetic") if k in r}
+            for r in w.records if (r.get("path") or r.get("dst", "")).endswith("/X")] == [
+        {"op": "create", "path": "QCLI/incoming/working/X", "synthetic": "scan"},
+        {"op": "close_write", "path": "QCLI/incoming/working/X"},
+        {"op": "rename", "src": "QCLI/incoming/working/X", "dst": "QCLI/incoming/target/X"}]
+    assert not w.gaps
+
+
+def test_watcher_scan_of_a_new_directory_reports_each_file_once(tmp_path, monkeypatch):
+    """What no queued event reports is reported by the walk itself: a file there before its
+    directory's watch and never touched (Y), or touched only after the listing (W, deleted);
+    a file created between the watch and the listing (Z) is reported once, by its IN_CREATE."""
+    w = Watcher(tmp_path, start_thread=False).start()
+    box = tmp_path / "Q1" / "incoming"
+    (box / "processed").mkdir(parents=True)
+    (box / "target").mkdir()
+    (box / "target" / "Y").write_bytes(b"untouched")
+    (box / "target" / "W").write_bytes(b"deleted later")
+
+    def producer(rel):
+        if rel == "Q1/incoming/target":
+            (box / "target" / "Z").write_bytes(b"new")
+        if rel == "Q1/incoming/processed":  # listed after target/
+            os.unlink(box / "target" / "W")
+
+    listed = _new_queue_listed_with(monkeypatch, tmp_path, producer)
+    w.rescan()
+    assert listed.index("Q1/incoming/target") < listed.index("Q1/incoming/processed")
+    files = [(r["op"], r["path"].rpartition("/")[2], r.get("synthetic")) for r in w.records if r.get("kind") != "dir"]
+    assert files == [("create", "W", "scan"), ("create", "Y", "scan"), ("create", "Z", None),
+                     ("close_write", "Z", None), ("delete", "W", None)]
+    w.stop()
+    assert len(w.records) == 4 + len(files) and not w.gaps  # 4: Q1, Q1/incoming and its two boxes
+
+
 def test_watcher_reports_overflow_and_the_run_is_inconclusive(tmp_path):
     m = M.load(SHELL / "shell.toml")
     sc = harness.Scenario("produce", tmp_path / "sc", m)

@@ -39,6 +39,7 @@ import json
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
@@ -88,6 +89,7 @@ class Watcher:
         self._path_wd: dict[str, int] = {}
         self._known_files: set[str] = set()
         self._pending_from: dict[int, tuple[str, bool]] = {}  # cookie -> (abs path, is_dir)
+        self._queue: deque = deque()  # events read, not handled yet: a batch, then what a walk read ahead
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -211,7 +213,9 @@ class Watcher:
 
     def _watch_tree(self, top: str, synthesize: bool, how: str = "scan") -> None:
         """Watch ``top`` and every directory below; with ``synthesize``, report what is
-        already inside as created (it appeared before its directory's watch existed)."""
+        already inside as created (it appeared before its directory's watch existed;
+        files: see :meth:`_report_unexplained`)."""
+        listed: list[tuple[int | None, str, str]] = []  # files: (wd of the directory, name, rel)
         stack = [top]
         while stack:
             d = stack.pop()
@@ -232,8 +236,38 @@ class Watcher:
                 elif synthesize:
                     rel = self._rel(e.path)
                     if rel not in self._known_files:
-                        self._known_files.add(rel)
-                        self._emit({"op": "create", "path": rel, "synthetic": how})
+                        listed.append((self._path_wd.get(d), e.name, rel))
+        if listed:
+            self._report_unexplained(listed, how)
+
+    def _report_unexplained(self, listed: list[tuple[int | None, str, str]], how: str) -> None:
+        """Report the listed files that no queued event will report.
+
+        The walk races with the implementation: a directory's watch is added before it is
+        listed, so a listed file may have come after the watch (its IN_CREATE or IN_MOVED_TO
+        is queued: that event reports it) or before (nothing queued, or an event that needs it
+        to exist).  A listing cannot show a file before the event that made it is queued (the
+        kernel queues it under the directory's lock), so reading the queue now is enough to
+        tell.  The events read are handled after the rest of the batch in hand, in their
+        order.  (Reporting every listed file made a file moved from working/ to target/
+        mid-walk exist twice, and the queued rename then landed on a taken name.)"""
+        self._read_ahead()
+        first: dict[tuple[int, str], int] = {}  # (wd, name) -> mask of the first event queued for it
+        for ev in self._queue:
+            if ev.name:
+                first.setdefault((ev.wd, ev.name), ev.mask)
+        for wd, name, rel in listed:
+            if wd is not None and first.get((wd, name), 0) & (flags.CREATE | flags.MOVED_TO):
+                continue
+            self._known_files.add(rel)
+            self._emit({"op": "create", "path": rel, "synthetic": how})
+
+    def _read_ahead(self) -> None:
+        while self._ino is not None:
+            events = self._ino.read(timeout=0)
+            if not events:
+                return
+            self._queue.extend(events)
 
     def rescan(self) -> None:
         """Watch the directories the event stream could not announce (created and filled
@@ -251,13 +285,15 @@ class Watcher:
                 if p not in self._path_wd and os.path.isdir(p) and not os.path.islink(p):
                     self._emit({"op": "create", "path": self._rel(p), "kind": "dir", "synthetic": "scan"})
                     self._watch_tree(p, synthesize=True)
+            if self._queue:  # what the walks read ahead
+                self._handle([])
 
     def _drain(self) -> None:
         while self._ino is not None:
-            events = self._ino.read(timeout=0)
-            if not events:
+            self._read_ahead()
+            if not self._queue:
                 return
-            self._handle(events)
+            self._handle([])
 
     def _final_rescan(self) -> None:
         present: set[str] = set()
@@ -309,12 +345,14 @@ class Watcher:
         self._known_files = {rd + f[len(rs):] if f.startswith(rs) else f for f in self._known_files}
 
     def _handle(self, events: list) -> None:
+        self._queue.extend(events)
         # Unpaired IN_MOVED_FROMs from an earlier read whose IN_MOVED_TO is not here: moved out.
-        cookies_here = {e.cookie for e in events if e.mask & flags.MOVED_TO}
+        cookies_here = {e.cookie for e in self._queue if e.mask & flags.MOVED_TO}
         for cookie in [c for c in self._pending_from if c not in cookies_here]:
             path, is_dir = self._pending_from.pop(cookie)
             self._moved_away(path, is_dir)
-        for ev in events:
+        while self._queue:
+            ev = self._queue.popleft()
             mask = ev.mask
             if mask & flags.Q_OVERFLOW:
                 self.overflowed = True
