@@ -21,7 +21,7 @@ from dropboxmq.errors import (
     UnsupportedFileSystemError,
 )
 from dropboxmq.lifecycle import Move, State
-from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage
+from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage, Topic
 from dropboxmq.values import Property
 from dropboxmq.session import (
     AUTO_ACKNOWLEDGE,
@@ -468,6 +468,14 @@ def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(ro
         clock.offset += 1.01  # one scan interval passes
         assert cons.receive(WAIT).text == "HIGH"
         assert [m.text for m in drain(cons, 0.05)] == [f"low{i}" for i in range(1, 50)]
+
+
+def test_send_many_of_nothing_sends_nothing(root):
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session()
+        assert s.create_producer(Q).send_many([]) == []
+        assert s.create_producer(Topic("T1")).send_many([]) == []
+        assert s.create_consumer(Q).receive(0) is None
 
 
 def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):

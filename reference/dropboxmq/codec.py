@@ -682,6 +682,9 @@ DELIVERY_TIME_PROP = "JMS_DropboxMQ_DeliveryTime"  # L, ms since epoch (delivery
 DELIVERY_MODE_PROP = "JMS_DropboxMQ_DeliveryMode"  # I, written only for NON_PERSISTENT
 
 
+_NON_PERSISTENT = Property("I", int(DeliveryMode.NON_PERSISTENT))  # (frozen: one for every send)
+
+
 def to_wire(msg: Message) -> str:
     """The file name for ``msg`` (headers that 1.2 has no field for become provider props)."""
     extra = dict(msg.properties)
@@ -689,7 +692,7 @@ def to_wire(msg: Message) -> str:
     if msg.delivery_time and msg.delivery_time > msg.timestamp:
         extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
     if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
-        extra[DELIVERY_MODE_PROP] = Property("I", int(DeliveryMode.NON_PERSISTENT))
+        extra[DELIVERY_MODE_PROP] = _NON_PERSISTENT
     # Encode with the wire's properties and count swapped in, not a dataclasses.replace()
     # copy (a copy of the whole message, body included, per send).
     saved = msg.properties, msg.delivery_count

@@ -701,7 +701,7 @@ class MessageProducer:
         rename them all, then one more sync for the directories.  ``source``: an open file
         holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
-        group = sum(len(boxes) for _, _, boxes in prepared) > 1
+        group = len(prepared) > 1 or (len(prepared) == 1 and len(prepared[0][2]) > 1)  # (send_many([]): none)
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:
@@ -712,7 +712,8 @@ class MessageProducer:
                 return
             created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
             # no orphan sweep while we CREATE..SEND (one lock a dropbox, released in any case)
-            locks = [box.working_lock() for box in {b.path: b for _, _, boxes in prepared for b in boxes}.values()]
+            locks = [box.working_lock() for box in {b.dir(State.NOT_COMMITTED): b
+                                                    for _, _, boxes in prepared for b in boxes}.values()]
             try:
                 for lock in locks:
                     lock.__enter__()
