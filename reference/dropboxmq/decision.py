@@ -15,10 +15,10 @@ No I/O, no clock, no state: the session's consumer and the Spark source are thin
 that execute the verdict with ``store.Dropbox.move`` (one lifecycle move each), and the
 tests drive it with any clock they like.
 
-The fast path: without a selector, a name that carries nothing that could hold it back
-(no expiration, no delivery time, no delivery count yet) is read by ``codec.first_delivery``,
-which decodes each distinct tail of a name (everything after priority and id) once, not each
-name.
+The fast path: a name that carries nothing that could hold it back (no expiration, no
+delivery time, no delivery count yet) is read by ``codec.first_delivery``, which decodes each
+distinct tail of a name (everything after priority and id) once, not each name; only a
+selector is left to decide on it.
 """
 
 from __future__ import annotations
@@ -62,8 +62,11 @@ class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tr
 
 def decide(name: str, now: int, settings: ClaimSettings) -> Decision:
     """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch)."""
-    if settings.selector is None and (first := codec.first_delivery(name)) is not None:
+    first = codec.first_delivery(name)
+    if first is not None:  # nothing in the name can hold it back: only a selector can
         claimed, header = first
+        if settings.selector is not None and not settings.selector.matches(header):
+            return Decision(Verdict.SKIP, header)
         return Decision(Verdict.CLAIM, header, 1, claimed, dead_letter=settings.max_delivery_attempts < 1)
     header = codec.from_wire(name, now)
     if settings.selector is not None and not settings.selector.matches(header):
