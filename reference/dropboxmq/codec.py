@@ -595,8 +595,6 @@ def without_delivery_count(name: str) -> str:
 
 
 def _name_bytes(s: str) -> int:
-    if s.isascii():  # (O(1): CPython keeps the flag) every name we and 1.2 write is ASCII
-        return len(s)
     size = name_bytes(s)
     return len(s.encode("utf-8", "surrogatepass")) if size is None else size
 

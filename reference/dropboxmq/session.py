@@ -17,6 +17,7 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import errno
 import functools
@@ -701,7 +702,7 @@ class MessageProducer:
         rename them all, then one more sync for the directories.  ``source``: an open file
         holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
-        group = len(prepared) > 1 or (len(prepared) == 1 and len(prepared[0][2]) > 1)  # (send_many([]): none)
+        group = sum(len(boxes) for _, _, boxes in prepared) > 1
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:
@@ -711,12 +712,9 @@ class MessageProducer:
                                     source=source)
                 return
             created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
-            # no orphan sweep while we CREATE..SEND (one lock a dropbox, released in any case)
-            locks = [box.working_lock() for box in {b.dir(State.NOT_COMMITTED): b
-                                                    for _, _, boxes in prepared for b in boxes}.values()]
-            try:
-                for lock in locks:
-                    lock.__enter__()
+            with contextlib.ExitStack() as held:
+                for box in {b.dir(State.NOT_COMMITTED): b for _, _, boxes in prepared for b in boxes}.values():
+                    held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
                 try:
                     for msg, name, boxes in prepared:
                         durable = msg.delivery_mode == DeliveryMode.PERSISTENT
@@ -733,9 +731,6 @@ class MessageProducer:
                     for box, name, *_ in created:  # those already SENT are gone from working/: no-op
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
-            finally:
-                for lock in locks:
-                    lock.__exit__()
             sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
 
 
@@ -971,9 +966,8 @@ class MessageConsumer:
         return max(0.0, (min(self._deferred.values()) - now_ms()) / 1000)
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
+        self._check_receive()
         session = self.session
-        if self._closed or self._listener is not None or session._closed or session.connection._closed:
-            self._check_receive()  # (raises the error that says which)
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
