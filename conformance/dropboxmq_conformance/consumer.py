@@ -235,6 +235,13 @@ def attribute_clients(records: list[dict], actors: dict[str, str]) -> None:
                     rec["actor"] = actors[client]
 
 
+def _flag_when(sc: Scenario, seen: Callable[[dict], bool]) -> threading.Event:
+    """An event the watcher sets at the first trace record ``seen`` accepts."""
+    flag = threading.Event()
+    sc.watcher.listeners.append(lambda r: flag.set() if seen(r) else None)
+    return flag
+
+
 def _is_claim(rec: dict) -> bool:
     if rec.get("op") != "rename" or rec.get("kind") == "dir":
         return False
@@ -282,8 +289,7 @@ def _lost_race_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], Scena
     sc = Scenario("consume-lost-race", out / "consume-lost-race", m)
     make_layout(sc.root)
     sc.watcher.start()
-    claimed = threading.Event()
-    sc.watcher.listeners.append(lambda r: claimed.set() if _is_activity(r) else None)
+    claimed = _flag_when(sc, _is_activity)
     taken: list[str] = []
     try:
         with sc.helper(PLANTING):
@@ -330,8 +336,7 @@ def consumer_kill9(m: Manifest, out: Path, n: int = 30) -> tuple[list[Result], S
     sc = Scenario("consume-kill9", out / "consume-kill9", m)
     make_layout(sc.root)
     sc.watcher.start()
-    claimed = threading.Event()
-    sc.watcher.listeners.append(lambda r: claimed.set() if _is_claim(r) else None)
+    claimed = _flag_when(sc, _is_claim)
     inflight: list[str] = []
     notes: list[str] = []
     try:
@@ -420,8 +425,7 @@ def _late_priority_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], S
     sc.replay_only = "its moves are consume-basic's; a large backlog only makes TLC slow"
     make_layout(sc.root)
     sc.watcher.start()
-    claimed = threading.Event()
-    sc.watcher.listeners.append(lambda r: claimed.set() if _is_claim(r) else None)
+    claimed = _flag_when(sc, _is_claim)
     late, arrived, waiting = None, 0, 0
     try:
         with sc.helper(PLANTING):
