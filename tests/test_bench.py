@@ -16,7 +16,7 @@ from dropboxmq_stress import bench
 
 BASE = {
     "floor.nosync.send", "floor.nosync.receive", "floor.nosync.cycle",
-    "floor.fsync.send", "floor.fsync.receive", "floor.fsync.cycle", "floor.group100.send",
+    "floor.fsync.send", "floor.fsync.receive", "floor.fsync.cycle", "floor.group100.send", "floor.syncfs100.send",
     "floor.fsyncfile.send",
     "ref.persistent.send", "ref.persistent.receive", "ref.persistent.cycle",
     "ref.nonpersistent.send", "ref.nonpersistent.receive", "ref.nonpersistent.cycle",

@@ -339,3 +339,99 @@ def test_held_directories_are_closed_with_the_consumer_and_the_connection(root):
         cons.close()
         assert _open_fds() == during - 6  # the consumer's six state directories
     assert _open_fds() == before
+
+
+# ---------------------------------------------------------------- group commit: syncfs or the files' fsyncs
+
+
+def test_group_sync_method_weighs_the_unwritten_data_of_others():
+    files, own = 100, 100 * 100
+    assert store.group_sync_method(None, own, files) == "syncfs"  # no /proc/meminfo: as before
+    assert store.group_sync_method(0, own, files) == "syncfs"
+    mine = own + 4096 * files  # what the batch itself left unwritten does not count against syncfs
+    assert store.group_sync_method(mine, own, files) == "syncfs"
+    budget = store.SYNCFS_OTHERS_BYTES_PER_FILE * files
+    assert store.group_sync_method(mine + budget, own, files) == "syncfs"
+    assert store.group_sync_method(mine + budget + 1, own, files) == "fsync"
+    assert store.group_sync_method(1 << 30, own, files) == "fsync"
+
+
+def _record_syncs(monkeypatch, unwritten: int):
+    """Pretend ``unwritten`` bytes await writing; record syncfs calls and the path of every
+    file fsynced (at the moment of its fsync)."""
+    calls: dict[str, list] = {"syncfs": [], "fsync": []}
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        calls["fsync"].append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(store, "unwritten_bytes", lambda: unwritten)
+    monkeypatch.setattr(store, "sync_file_system", lambda path: calls["syncfs"].append(str(path)))
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_send_many_next_to_a_writer_with_unwritten_data_fsyncs_its_own_files_not_the_file_system(root, monkeypatch):
+    """syncfs writes every dirty page of the file system: another program's unwritten gigabyte
+    would be the batch's wait.  Then each file is fsynced instead, in working/, before any rename."""
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        calls = _record_syncs(monkeypatch, 1 << 30)
+        sent = p.send_many([TextMessage(body=f"m{i}") for i in range(40)])
+        monkeypatch.undo()
+    assert calls["syncfs"] == []
+    working = str(root / "Q1" / "incoming" / "working")
+    fsynced_in_working = {os.path.basename(f) for f in calls["fsync"] if os.path.dirname(f) == working}
+    assert fsynced_in_working == set(ls(root, "Q1", "target")) and len(fsynced_in_working) == len(sent) == 40
+
+
+def test_send_many_on_a_quiet_file_system_makes_one_syncfs(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        calls = _record_syncs(monkeypatch, 0)
+        p.send_many([TextMessage(body=f"m{i}") for i in range(40)])
+        monkeypatch.undo()
+    assert len(calls["syncfs"]) == 1
+    assert not [f for f in calls["fsync"] if "/working/" in f]  # the syncfs did it: no file fsync
+    assert len(ls(root, "Q1", "target")) == 40
+
+
+def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(root, monkeypatch):
+    with Connection(root, "a", FAST) as c:
+        p = c.create_session().create_producer(Q)
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            if not failed:  # the first file's fsync fails, the others succeed
+                failed.append(fd)
+                raise oserror(errno.EIO)
+            real_fsync(fd)
+
+        failed: list[int] = []
+        monkeypatch.setattr(store, "unwritten_bytes", lambda: 1 << 30)
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(StoreError, match=r"cannot fsync .*/working/.*: input/output error"):
+            p.send_many([TextMessage(body=f"m{i}") for i in range(20)])
+        monkeypatch.undo()
+    assert failed and counts(root, "Q1")["target"] == 0 and counts(root, "Q1")["working"] == 0
+
+
+def test_transacted_commit_next_to_unwritten_data_fsyncs_the_log_and_every_sent_file(root, monkeypatch):
+    from dropboxmq import transaction
+
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session(transacted=True)
+        p = s.create_producer(Q)
+        for i in range(30):
+            p.send(TextMessage(body=f"m{i}"))
+        names = set(ls(root, "Q1", "working"))
+        calls = _record_syncs(monkeypatch, 1 << 30)
+        s.commit()
+        monkeypatch.undo()
+    assert calls["syncfs"] == []
+    associated = str(transaction.transaction_dir(root) / "associated")
+    assert [f for f in calls["fsync"] if os.path.dirname(f) == associated]  # the log itself
+    working = str(root / "Q1" / "incoming" / "working")
+    assert {os.path.basename(f) for f in calls["fsync"] if os.path.dirname(f) == working} == names
+    assert set(ls(root, "Q1", "target")) == names and len(names) == 30

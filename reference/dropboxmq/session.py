@@ -49,7 +49,7 @@ from .message import (
     Topic,
 )
 from .recovery import reclaim_dead_owners
-from .store import Dropbox, NotARegularFile, check_file_system, sync_file_system, sync_many
+from .store import Dropbox, NotARegularFile, check_file_system, sync_files, sync_many
 from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
 
 if TYPE_CHECKING:
@@ -698,16 +698,16 @@ class MessageProducer:
 
     def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
         """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
-        Several (bulk send, topic fan-out): group commit — write them all, one syncfs,
-        rename them all, then one more sync for the directories.  ``source``: an open file
-        holding the (one) message's body."""
+        Several (bulk send, topic fan-out): group commit — write them all, make them durable
+        together (store.sync_files), rename them all, then one more sync for the directories.
+        ``source``: an open file holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:
                     for box in boxes:
-                        session._tx_log().record("send", box, name)
+                        session._tx_log().record("send", box, name, _size(msg.body))
                         create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
                                     source=source)
                 return
@@ -723,8 +723,10 @@ class MessageProducer:
                             if create_copy(box, name, msg, topic_copy, durable=durable and not group,
                                            source=source):
                                 created.append((box, name, durable, topic_copy))
-                    if group and any(durable for _, _, durable, _ in created):
-                        sync_file_system(root)  # every file durable before any rename is
+                    durable_files = [box.file(State.NOT_COMMITTED, name) for box, name, durable, _ in created
+                                     if durable]
+                    if group and durable_files:  # every file durable before any rename is
+                        sync_files(root, durable_files, sum(_size(m.body) * len(bs) for m, _, bs in prepared))
                     for box, name, _, topic_copy in created:
                         _send_created(box, name, topic_copy)
                 except BaseException:
@@ -732,6 +734,10 @@ class MessageProducer:
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
             sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
+
+
+def _size(body: object) -> int:
+    return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
 
 
 def _send_created(box: Dropbox, name: str, topic_copy: bool) -> None:

@@ -34,7 +34,7 @@ from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, replace_durably, sync_file_system, sync_many)
+                    read_regular_file, rename_noreplace, replace_durably, sync_files, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
@@ -200,13 +200,17 @@ class TransactionLog:
         self.entries: list[LogEntry] = []
         self._fd: int | None = None
         self._rel: dict[str, str] = {}  # dropbox path -> its path relative to the root
+        self._sent_bytes = 0  # bodies of the sends recorded (for the group commit's choice)
 
     def open(self) -> None:
         """Create the log file now (a log with no entry yet: a Spark batch's empty proof)."""
         if self._fd is None:
             self._fd = self.store.open(self.name)
 
-    def record(self, kind: str, box: Dropbox, name: str) -> None:
+    def record(self, kind: str, box: Dropbox, name: str, size: int = 0) -> None:
+        """Log a send of ``box``'s working/``name`` (``size`` bytes of body, when known) or a
+        receive of its processing/``name``."""
+        self._sent_bytes += size
         key = str(box.path)
         rel = self._rel.get(key)
         if rel is None:
@@ -222,13 +226,23 @@ class TransactionLog:
             fd, self._fd = self._fd, None
             self.store.close(fd, sync)
 
+    def _files(self) -> list[str]:
+        """The log and the working/ file of every send it records."""
+        boxes: dict[str, Dropbox] = {}
+        files = [str(self.store.path(_L.ASSOCIATED, self.name))]
+        for e in self.entries:
+            if e.kind == "send":
+                box = boxes.get(e.box) or boxes.setdefault(e.box, Dropbox(self.root / e.box))
+                files.append(box.file(State.NOT_COMMITTED, e.name))
+        return files
+
     def commit(self, durable: bool) -> None:
         if not self.entries:
             self.close(False)
             return
         self.close(False)
-        if durable:  # group commit: the log and every working/ file it names, in one syncfs
-            sync_file_system(self.root)
+        if durable:  # group commit: the log and every working/ file it names, durable together
+            sync_files(self.root, self._files(), self._sent_bytes)
         self.store.rename(_L.ASSOCIATED, _LM.COMMIT, self.name)
         # ---- point of no return: from here on recovery rolls forward ----
         try:

@@ -66,7 +66,8 @@ static void name_of(char *out, const char *dir, long stamp, long i) {
 }
 
 /* cycle BASE LIMIT SIZE MODE BUDGET: MODE 0 nosync, 1 fsync, 2 group100 (send only),
-   3 fsync the file only (send only). 
+   3 fsync the file only (send only), 4 syncfs100 (send only: the reference's group commit,
+   100 files written, one syncfs, 100 renames, target/ fsynced once).
    prints: sent send_seconds received receive_seconds */
 static int cycle(char **av) {
     const char *base = av[0]; long limit = atol(av[1]); size_t size = (size_t)atol(av[2]);
@@ -77,7 +78,7 @@ static int cycle(char **av) {
     char *body = calloc(1, size + 1); memset(body, 'x', size);
     char *buf = malloc(size + 65536);
     long stamp = (long)time(0) * 1000L, sent = 0, got = 0;
-    int batch = mode == 2 ? 100 : 1;
+    int batch = mode == 2 || mode == 4 ? 100 : 1;
     double t0 = now(), deadline = t0 + budget;
     while (sent < limit && now() < deadline) {
         for (int k = 0; k < batch; k++) {
@@ -85,14 +86,15 @@ static int cycle(char **av) {
             int fd = open(a, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
             if (fd < 0) die("create", a);
             if (size && write(fd, body, size) != (ssize_t)size) die("write", a);
-            if (mode && fsync(fd) != 0) die("fsync", a);
+            if ((mode == 1 || mode == 2 || mode == 3) && fsync(fd) != 0) die("fsync", a);
+            if (mode == 4 && k == batch - 1 && syncfs(fd) != 0) die("syncfs", a);
             close(fd);
         }
         for (int k = 0; k < batch; k++) {
             name_of(a, work, stamp, sent + k); name_of(b, target, stamp, sent + k);
             if (mv(a, b) != 0) die("rename", a);
         }
-        if (mode == 1 || mode == 2) fsync_dir(target);
+        if (mode == 1 || mode == 2 || mode == 4) fsync_dir(target);
         sent += batch;
     }
     double t1 = now();
