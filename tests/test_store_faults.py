@@ -435,3 +435,62 @@ def test_transacted_commit_next_to_unwritten_data_fsyncs_the_log_and_every_sent_
     working = str(root / "Q1" / "incoming" / "working")
     assert {os.path.basename(f) for f in calls["fsync"] if os.path.dirname(f) == working} == names
     assert set(ls(root, "Q1", "target")) == names and len(names) == 30
+
+
+# ---------------------------------------------------------------- reading a body whole
+
+
+def _reads_counted(monkeypatch, most: int | None = None) -> list[int]:
+    """Count os.read calls; with ``most``, each returns at most that many bytes (short reads)."""
+    calls: list[int] = []
+    real_read = os.read
+
+    def read(fd, n):
+        calls.append(n)
+        return real_read(fd, n if most is None else min(n, most))
+
+    monkeypatch.setattr(os, "read", read)
+    return calls
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 65536, 200_000])
+def test_a_body_is_read_whole_in_one_read(tmp_path, monkeypatch, size):
+    data = os.urandom(size)
+    (tmp_path / "m").write_bytes(data)
+    calls = _reads_counted(monkeypatch)
+    assert store.read_regular_file(tmp_path / "m") == data
+    assert calls == [size + 1]  # its size and one byte more: the short read is the end
+
+
+def test_a_body_read_in_short_pieces_is_read_to_its_end(tmp_path, monkeypatch):
+    data = os.urandom(1000)
+    (tmp_path / "m").write_bytes(data)
+    calls = _reads_counted(monkeypatch, most=7)
+    assert store.read_regular_file(tmp_path / "m") == data
+    assert len(calls) > 100
+
+
+def test_a_body_that_grew_after_its_size_was_taken_is_read_to_its_end(tmp_path, monkeypatch):
+    data = os.urandom(300_000)
+    (tmp_path / "m").write_bytes(data)
+    real_fstat = os.fstat
+
+    class Smaller:  # fstat taken before a writer appended 299,900 bytes
+        def __init__(self, st):
+            self.st_mode, self.st_size = st.st_mode, 100
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Smaller(real_fstat(fd)))
+    assert store.read_regular_file(tmp_path / "m") == data
+
+
+def test_a_body_that_shrank_after_its_size_was_taken_is_what_is_left(tmp_path, monkeypatch):
+    data = os.urandom(50)
+    (tmp_path / "m").write_bytes(data)
+    real_fstat = os.fstat
+
+    class Bigger:
+        def __init__(self, st):
+            self.st_mode, self.st_size = st.st_mode, 5000
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Bigger(real_fstat(fd)))
+    assert store.read_regular_file(tmp_path / "m") == data

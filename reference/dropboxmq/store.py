@@ -577,8 +577,12 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
     end only once the size fstat reported has been read."""
     fd, st = _open_regular_stat(path, os.O_RDONLY, 0, dir_fd)
     try:
-        chunks, total, size = [], 0, st.st_size
-        while True:
+        size = st.st_size
+        first = os.read(fd, min(size + 1, _READ_CAP))
+        if len(first) == size:  # the usual case: the size and not a byte more, one read
+            return first
+        chunks, total = [first], len(first)
+        while first:
             # the size and one byte more (a small body is one read of its size, not a 64 KiB
             # buffer cut down); past the size (the file grew) in 64 KiB steps to its end
             want = min(size - total + 1 if total < size else 65536, _READ_CAP)
