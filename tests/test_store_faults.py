@@ -494,3 +494,45 @@ def test_a_body_that_shrank_after_its_size_was_taken_is_what_is_left(tmp_path, m
 
     monkeypatch.setattr(os, "fstat", lambda fd: Bigger(real_fstat(fd)))
     assert store.read_regular_file(tmp_path / "m") == data
+
+
+def test_a_forked_child_fsyncs_its_batch_with_its_own_threads(root, monkeypatch):
+    """The fsync threads do not survive a fork: a child that sends a batch next to unwritten
+    data must start its own instead of waiting on the parent's forever."""
+    from conftest import fork_context
+
+    monkeypatch.setattr(store, "unwritten_bytes", lambda: 1 << 30)
+    with Connection(root, "parent", FAST) as c:
+        c.create_session().create_producer(Q).send_many([TextMessage(body=f"p{i}") for i in range(10)])
+    assert store.sync_files(root, [], 0) == "fsync"  # the parent's pool exists and is in use
+
+    def child() -> None:
+        with Connection(root, "child", FAST) as c:
+            c.create_session().create_producer(Q).send_many([TextMessage(body=f"c{i}") for i in range(10)])
+
+    proc = fork_context().Process(target=child)
+    proc.start()
+    proc.join(60)
+    alive = proc.is_alive()
+    if alive:
+        proc.kill()
+    assert not alive and proc.exitcode == 0
+    assert len(ls(root, "Q1", "target")) == 20
+
+
+def test_a_fan_out_next_to_unwritten_data_fsyncs_each_copy_and_each_subscription(root, monkeypatch):
+    from dropboxmq.message import Topic
+
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session()
+        for i in range(4):
+            s.create_durable_consumer(Topic("t"), f"sub{i}").close()
+        calls = _record_syncs(monkeypatch, 1 << 30)
+        s.create_producer(Topic("t")).send(TextMessage(body="news"))
+        monkeypatch.undo()
+        assert calls["syncfs"] == []
+        copies = [f for f in calls["fsync"] if os.path.basename(os.path.dirname(f)) == "working"]
+        targets = [f for f in calls["fsync"] if os.path.basename(f) == "target"]
+        assert len(copies) == 4 and len(set(targets)) == 4  # every copy, then every target/ once
+        for i in range(4):
+            assert s.create_durable_consumer(Topic("t"), f"sub{i}").receive(1).text == "news"

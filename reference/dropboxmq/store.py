@@ -782,11 +782,15 @@ def sync_files(root: Path | str, paths: list[str], own_bytes: int) -> str:
 
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
     """Make renames into the given state directories durable: fsync each distinct directory
-    once, or, past two directories (a fan-out, a transaction over many dropboxes), one
-    syncfs of their file system (one root is one file system: renames need that)."""
+    once; past two directories (a fan-out, a transaction over many dropboxes), one syncfs of
+    their file system (one root is one file system: renames need that) while little else is
+    unwritten, else the directories' fsyncs side by side (see :func:`group_sync_method`)."""
     dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
     if len(dirs) > 2:
-        sync_file_system(dirs[0])
+        if group_sync_method(unwritten_bytes(), 0, len(dirs)) == "syncfs":
+            sync_file_system(dirs[0])
+        else:
+            fsync_files(dirs)
         return
     for d in dirs:
         fsync_dir(d)

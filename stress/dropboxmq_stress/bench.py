@@ -421,7 +421,8 @@ class Reference:
                 producer.send_many([TextMessage(body=body) for _ in range(BATCH)], delivery_mode=self.P)
                 t.done(BATCH)
         self.bench.record("ref.persistent.send_many100", label,
-                          "write all, one syncfs, rename all, fsync target/ once", t)
+                          "write all, one syncfs (parallel fsyncs next to others' unwritten data), rename all, "
+                          "fsync target/ once", t)
 
     def transacted(self) -> None:
         tx = self.conn.create_session(transacted=True)
@@ -435,7 +436,7 @@ class Reference:
                 t.done(BATCH)
         tx.close()
         self.bench.record("ref.persistent.transacted100", label,
-                          "syncfs (log + files), fsync committing/, rename all, fsync target/", t)
+                          "syncfs or parallel fsyncs (log + files), fsync committing/, rename all, fsync target/", t)
 
 
 # ---------------------------------------------------------------- peers
