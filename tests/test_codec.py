@@ -26,6 +26,7 @@ from dropboxmq.codec import (
     processing_name,
     split_processing_name,
     sort_key,
+    sort_rank,
     with_delivery_count,
 )
 from dropboxmq.errors import MessageFormatError, NameTooLongError
@@ -630,6 +631,23 @@ def test_sort_key_order():
     ]
     # fast path and slow path agree (escaped digits take the slow path)
     assert sort_key("4.%31%32-3.T")[:3] == sort_key("4.12-3.T")[:3]
+
+
+_rank_names = st.one_of(
+    st.tuples(msg_ids, st.one_of(st.integers(0, 9), st.integers(-(2**31), 2**31 - 1))).map(
+        lambda t: encode_name(TextMessage(message_id=t[0], priority=t[1]))),
+    st.tuples(st.integers(-(2**31) - 2, 2**31 + 1), st.integers(0, 10**30), st.integers(0, 10**30),
+              st.text(".T%1~xyz", max_size=12)).map(lambda t: f"{t[0]}.{t[1]}-{t[2]}.{t[3]}"),
+    st.text("0123456789.-T%~+", max_size=30),
+)
+
+
+@given(st.lists(_rank_names, max_size=12))
+def test_sort_rank_orders_as_sort_key_does(names):
+    """A consumer sorts by the packed rank; it must agree with the key (names equal by key
+    may come in either order: the scanner breaks those ties by name itself)."""
+    by_rank = sorted(names, key=lambda n: (sort_rank(n), n))
+    assert [sort_key(n) for n in by_rank] == sorted(sort_key(n) for n in names)
 
 
 def test_sort_key_keeps_send_order_within_a_millisecond():

@@ -663,6 +663,12 @@ _RANK_PRIORITY_SHIFT = _RANK_ID_BITS + 2  # then two bits for the id's kind (1.2
 def sort_rank(name: str) -> int:
     """:func:`sort_key` without the name, packed into one int with the same order: what a
     consumer keeps for each listed name (a fifth of the memory of the tuple)."""
+    m = _SORT_RE.match(name)
+    if m is not None and name.count(".") <= 7:  # sort_key's first case, without the tuple
+        priority_text, ident_text = m.groups()
+        priority = int(priority_text)
+        if _INT_MIN <= priority <= _INT_MAX:
+            return ((-priority - _INT_MIN) << _RANK_PRIORITY_SHIFT) | int(ident_text)
     neg_priority, kind, ident, _ = sort_key(name)
     return ((neg_priority - _INT_MIN) << _RANK_PRIORITY_SHIFT) | (kind << _RANK_ID_BITS) | ident
 
