@@ -261,19 +261,21 @@ def test_message_id_borrows_next_millisecond(monkeypatch):
     frozen_ms = max(message_ids._id_ms + 10, 1_800_000_000_000)
     try:
         monkeypatch.setattr(message_ids.time, "time_ns", lambda: frozen_ms * 1_000_000)
-        ids = [new_message_id() for _ in range(2500)]
+        pairs = [message_ids.new_message_id_and_time() for _ in range(2500)]
     finally:
         monkeypatch.undo()
         message_ids._id_ms, message_ids._id_seq = saved
-    parts = [ID_RE.fullmatch(i).groups() for i in ids]
+    parts = [ID_RE.fullmatch(i).groups() for i, _ in pairs]
     assert parts[0][:2] == (str(frozen_ms), "000")
     assert parts[999][:2] == (str(frozen_ms), "999")
     assert parts[1000][:2] == (str(frozen_ms + 1), "000")
     assert parts[2499][:2] == (str(frozen_ms + 2), "499")
     prefixes = [int(a + b) for a, b, _ in parts]
     assert all(x < y for x, y in itertools.pairwise(prefixes))
-    # the timestamp a reader derives is the (borrowed) millisecond
-    assert decode_name(f"4.{ids[1000][3:]}.T").timestamp == frozen_ms + 1
+    # the timestamp a sender stamps is the (borrowed) millisecond, and a reader derives the same
+    ids = [i for i, _ in pairs]
+    assert [t for _, t in pairs] == [int(p) // 1000 for p in prefixes]
+    assert decode_name(f"4.{ids[1000][3:]}.T").timestamp == pairs[1000][1] == frozen_ms + 1
 
 
 def test_message_id_thread_safe():

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 
-__all__ = ["new_message_id"]
+__all__ = ["new_message_id", "new_message_id_and_time"]
 
 _id_lock = threading.Lock()
 _id_pid: int | None = None
@@ -35,7 +35,16 @@ if _FORK_HOOK:
 
 
 def new_message_id() -> str:
-    """A fresh JMSMessageID: ``ID:<epochMillis><3-digit counter>-<10 random digits>``.
+    """A fresh JMSMessageID (see :func:`new_message_id_and_time`)."""
+    return new_message_id_and_time()[0]
+
+
+_RANDOM_BITS, _RANDOM_LIMIT = 34, 10**10  # 2**34 > 10**10: draw bits, redraw past the limit
+
+
+def new_message_id_and_time() -> tuple[str, int]:
+    """A fresh JMSMessageID ``ID:<epochMillis><3-digit counter>-<10 random digits>`` and its
+    epochMillis (the send's JMSTimestamp), without parsing it back out of the id.
 
     Within a process the numeric prefix strictly increases (more than 1000 ids
     in one millisecond borrow the next millisecond; a clock that steps back is
@@ -54,5 +63,7 @@ def new_message_id() -> str:
             if _id_seq > 999:
                 _id_ms, _id_seq = _id_ms + 1, 0
         ms, seq = _id_ms, _id_seq
-        rnd = _id_rng.randrange(10**10)
-    return f"ID:{ms}{seq:03d}-{rnd:010d}"
+        rnd = _id_rng.getrandbits(_RANDOM_BITS)  # (randrange: the same draw, through two Python calls)
+        while rnd >= _RANDOM_LIMIT:
+            rnd = _id_rng.getrandbits(_RANDOM_BITS)
+    return f"ID:{ms}{seq:03d}-{rnd:010d}", ms

@@ -651,8 +651,7 @@ class MessageProducer:
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
         if ttl < 0 or delay < 0:
             raise ValueError("time_to_live and delivery_delay must be >= 0")
-        msg.message_id = ids.new_message_id()
-        msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
+        msg.message_id, msg.timestamp = ids.new_message_id_and_time()
         msg.priority, msg.delivery_mode, msg.destination = prio, mode, dest
         msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
         msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
@@ -733,7 +732,8 @@ class MessageProducer:
                     for box, name, *_ in created:  # those already SENT are gone from working/: no-op
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
-            sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
+            if any(durable for _, _, durable, _ in created):
+                sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
 
 
 def _size(body: object) -> int:
