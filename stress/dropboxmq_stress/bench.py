@@ -57,7 +57,6 @@ Two more phases:
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import os
 import platform
@@ -68,6 +67,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -891,14 +891,14 @@ def run_rounds(bench: Bench, peers: list[Peer]) -> None:
         ref = Reference(bench, r)
         cases: list[Callable[[], None]] = [
             # non-persistent full cycle
-            lambda: floor(bench, "nosync", r), ref.nonpersistent,
-            *[functools.partial(run_peer, bench, p, r) for p in peers if p in NOSYNC_PEERS],
-            *([lambda: os_floor(bench, "nosync", r, "osfloor")] if c_floor else []),
+            partial(floor, bench, "nosync", r), ref.nonpersistent,
+            *[partial(run_peer, bench, p, r) for p in peers if p in NOSYNC_PEERS],
+            *([partial(os_floor, bench, "nosync", r, "osfloor")] if c_floor else []),
             # persistent
-            lambda: floor(bench, "fsync", r), ref.persistent, lambda: floor(bench, "fsyncfile", r),
-            *[functools.partial(run_peer, bench, p, r) for p in peers if p in FSYNC_PEERS],
+            partial(floor, bench, "fsync", r), ref.persistent, partial(floor, bench, "fsyncfile", r),
+            *[partial(run_peer, bench, p, r) for p in peers if p in FSYNC_PEERS],
             # group commit
-            lambda: floor(bench, "group100", r), lambda: floor(bench, "syncfs100", r), ref.send_many, ref.transacted,
+            partial(floor, bench, "group100", r), partial(floor, bench, "syncfs100", r), ref.send_many, ref.transacted,
         ]
         try:
             for case in cases:
