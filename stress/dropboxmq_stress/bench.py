@@ -882,9 +882,9 @@ def memory_phase(bench: Bench, size: int) -> None:
 def run_rounds(bench: Bench, peers: list[Peer]) -> None:
     """Floor, reference and peers of the same job back to back, the whole sequence ``rounds`` times.
 
-    Each case starts on a settled disk (``os.sync()``, untimed): otherwise the writeback of what
-    the case before it left unwritten lands on whichever case comes next, and a no-fsync send
-    measured 2,000 msg/s in one round and 26,000 in the next."""
+    (An untimed ``sync`` before each case was tried, so that none would pay the writeback of the
+    one before it: in the default run made with it the floor's no-fsync send came out 4× slower
+    than in the run just before without it, and no steadier from round to round.)"""
     c_floor = bench.cfloor is not None and bench.cfloor.exe is not None
     for r in range(bench.rounds):
         bench.round = r
@@ -902,7 +902,6 @@ def run_rounds(bench: Bench, peers: list[Peer]) -> None:
         ]
         try:
             for case in cases:
-                os.sync()
                 case()
         finally:
             ref.close()
