@@ -883,8 +883,8 @@ def run_rounds(bench: Bench, peers: list[Peer]) -> None:
     """Floor, reference and peers of the same job back to back, the whole sequence ``rounds`` times.
 
     (An untimed ``sync`` before each case was tried, so that none would pay the writeback of the
-    one before it: in the default run made with it the floor's no-fsync send came out 4× slower
-    than in the run just before without it, and no steadier from round to round.)"""
+    one before it: the floor's no-fsync send still varied 7× from round to round, as it does
+    without, so it is not done.)"""
     c_floor = bench.cfloor is not None and bench.cfloor.exe is not None
     for r in range(bench.rounds):
         bench.round = r
