@@ -536,3 +536,30 @@ def test_a_fan_out_next_to_unwritten_data_fsyncs_each_copy_and_each_subscription
         assert len(copies) == 4 and len(set(targets)) == 4  # every copy, then every target/ once
         for i in range(4):
             assert s.create_durable_consumer(Topic("t"), f"sub{i}").receive(1).text == "news"
+
+
+@pytest.mark.parametrize("unwritten", [0, 1 << 30], ids=["syncfs", "parallel-fsyncs"])
+def test_a_commit_whose_subscription_went_away_commits(root, monkeypatch, unwritten):
+    """A transacted publish logs one copy per subscription; one subscription is removed before
+    the commit, taking its working/ copy and its target/ with it.  Neither has anything to make
+    durable: the commit goes on and the other subscriber gets the message (it raised
+    TransactionInDoubtError on the gone target/, and on the gone copy when fsyncing files)."""
+    import shutil
+
+    from dropboxmq.layout import subscriptions_dir
+    from dropboxmq.message import Topic
+
+    with Connection(root, "a", FAST) as c:
+        s = c.create_session()
+        for name in ("kept", "removed"):
+            s.create_durable_consumer(Topic("t"), name).close()
+        tx = c.create_session(transacted=True)
+        tx.create_producer(Topic("t")).send(TextMessage(body="news"))
+        removed = [d for d in subscriptions_dir(root, Topic("t")).iterdir() if d.name.startswith("removed")]
+        assert len(removed) == 1
+        shutil.rmtree(removed[0])
+        calls = _record_syncs(monkeypatch, unwritten)
+        tx.commit()
+        monkeypatch.undo()
+        assert len(calls["syncfs"]) == (0 if unwritten else 1)
+        assert s.create_durable_consumer(Topic("t"), "kept").receive(1).text == "news"

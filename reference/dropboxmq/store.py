@@ -744,7 +744,10 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # gone (a subscription removed meanwhile): nothing of it to make durable
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -754,9 +757,10 @@ def _fsync_path(path: str) -> None:
 
 
 def fsync_files(paths: list[str]) -> None:
-    """fsync every file in ``paths``, several at a time: a journaling file system commits the
-    fsyncs in flight together, so the batch costs a few journal commits, not one a file.
-    Raises the first failure (OSError) once all have finished."""
+    """fsync every file (or directory) in ``paths``, several at a time: a journaling file system
+    commits the fsyncs in flight together, so the batch costs a few journal commits, not one a
+    file.  A path gone meanwhile is skipped; the first failure (OSError) is raised once all have
+    finished."""
     if len(paths) == 1:
         _fsync_path(paths[0])
         return
@@ -794,4 +798,4 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
             fsync_files(dirs)
         return
     for d in dirs:
-        fsync_dir(d)
+        _fsync_path(d)  # (a directory gone meanwhile, with its subscription, has nothing to sync)
