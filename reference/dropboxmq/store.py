@@ -798,4 +798,7 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
             fsync_files(dirs)
         return
     for d in dirs:
-        _fsync_path(d)  # (a directory gone meanwhile, with its subscription, has nothing to sync)
+        try:
+            fsync_dir(d)
+        except FileNotFoundError:
+            pass  # gone meanwhile, with its subscription: nothing of it to make durable
