@@ -722,18 +722,18 @@ class MessageProducer:
                             if create_copy(box, name, msg, topic_copy, durable=durable and not group,
                                            source=source):
                                 created.append((box, name, durable, topic_copy))
-                    durable_files = [box.file(State.NOT_COMMITTED, name) for box, name, durable, _ in created
-                                     if durable]
-                    if group and durable_files:  # every file durable before any rename is
-                        sync_files(root, durable_files, sum(_size(m.body) * len(bs) for m, _, bs in prepared))
+                    durable_copies = [(box, name) for box, name, durable, _ in created if durable]
+                    if group and durable_copies:  # every file durable before any rename is
+                        sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
+                                   sum(_size(m.body) * len(bs) for m, _, bs in prepared))
                     for box, name, _, topic_copy in created:
                         _send_created(box, name, topic_copy)
                 except BaseException:
                     for box, name, *_ in created:  # those already SENT are gone from working/: no-op
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
-            if any(durable for _, _, durable, _ in created):
-                sync_many((box, State.NEW) for box, _, durable, _ in created if durable)
+            if durable_copies:
+                sync_many((box, State.NEW) for box, _ in durable_copies)
 
 
 def _size(body: object) -> int:

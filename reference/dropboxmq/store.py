@@ -583,8 +583,8 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
             return first
         chunks, total = [first], len(first)
         while first:
-            # the size and one byte more (a small body is one read of its size, not a 64 KiB
-            # buffer cut down); past the size (the file grew) in 64 KiB steps to its end
+            # a short read before the size: the rest and one byte more; past the size (the
+            # file grew after its fstat) in 64 KiB steps to its end
             want = min(size - total + 1 if total < size else 65536, _READ_CAP)
             chunk = os.read(fd, want)
             if not chunk:
@@ -764,7 +764,8 @@ def fsync_files(paths: list[str]) -> None:
     if len(paths) == 1:
         _fsync_path(paths[0])
         return
-    futures = [_pool().submit(_fsync_path, p) for p in paths]
+    pool = _pool()
+    futures = [pool.submit(_fsync_path, p) for p in paths]
     errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:
         raise errors[0]
@@ -776,13 +777,18 @@ def sync_files(root: Path | str, paths: list[str], own_bytes: int) -> str:
     unwritten, else fsync each file (:func:`group_sync_method`).  Returns which was done."""
     method = group_sync_method(unwritten_bytes(), own_bytes, len(paths))
     try:
-        if method == "syncfs":
-            sync_file_system(root)
-        else:
-            fsync_files(paths)
+        _sync_by(method, root, paths)
     except OSError as exc:
         raise _store_error(method, exc.filename or str(root), exc) from exc
     return method
+
+
+def _sync_by(method: str, root: Path | str, paths: list[str]) -> None:
+    """Carry out :func:`group_sync_method`'s choice for ``paths`` on ``root``'s file system."""
+    if method == "syncfs":
+        sync_file_system(root)
+    else:
+        fsync_files(paths)
 
 
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
@@ -792,10 +798,7 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
     unwritten, else the directories' fsyncs side by side (see :func:`group_sync_method`)."""
     dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
     if len(dirs) > 2:
-        if group_sync_method(unwritten_bytes(), 0, len(dirs)) == "syncfs":
-            sync_file_system(dirs[0])
-        else:
-            fsync_files(dirs)
+        _sync_by(group_sync_method(unwritten_bytes(), 0, len(dirs)), dirs[0], dirs)
         return
     for d in dirs:
         try:

@@ -232,7 +232,7 @@ class TransactionLog:
         files = [str(self.store.path(_L.ASSOCIATED, self.name))]
         for e in self.entries:
             if e.kind == "send":
-                box = boxes.get(e.box) or boxes.setdefault(e.box, Dropbox(self.root / e.box))
+                box = boxes.get(e.box) or boxes.setdefault(e.box, box_in_root(self.root, e.box))
                 files.append(box.file(State.NOT_COMMITTED, e.name))
         return files
 
