@@ -280,7 +280,8 @@ class CFloor:
 
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: how the pure-os consumers open a body (also receive_layers', so that its first row is this one)
+O_FLOOR_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _fsync_dir(path: str) -> None:
@@ -354,7 +355,7 @@ def os_floor(bench: Bench, mode: str, round_: int, impl: str) -> None:
                     break
                 claimed = f"c0000000001~{name}"
                 rename_noreplace(f"{target}/{name}", f"{proc}/{claimed}")
-                fd = os.open(f"{proc}/{claimed}", _O_READ)
+                fd = os.open(f"{proc}/{claimed}", O_FLOOR_READ)
                 os.read(fd, len(body) + 65536)
                 os.close(fd)
                 rename_noreplace(f"{proc}/{claimed}", f"{done}/{claimed}")

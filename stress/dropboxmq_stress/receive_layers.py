@@ -36,6 +36,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .bench import O_FLOOR_READ
+
 LAYERS = ("os-paths", "os-dirfd", "names", "fstat", "store", "receive")
 _DIRS = ("target", "processing", "processed")
 _CLIENT = "layers"
@@ -61,7 +63,7 @@ def _os_paths(box_path: str) -> int:
     for name in sorted(os.listdir(target)):
         claimed = f"{_CLIENT}~{name}"
         rename_noreplace(f"{target}/{name}", f"{processing}/{claimed}")
-        fd = os.open(f"{processing}/{claimed}", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"{processing}/{claimed}", O_FLOOR_READ)
         os.read(fd, 65536)
         os.close(fd)
         rename_noreplace(f"{processing}/{claimed}", f"{processed}/{claimed}")
@@ -92,7 +94,7 @@ def _by_fd(box_path: str, level: str) -> int:
             if level == "fstat":
                 read_regular_file(claimed, processing)
             else:
-                fd = os.open(claimed, os.O_RDONLY | os.O_CLOEXEC, dir_fd=processing)
+                fd = os.open(claimed, O_FLOOR_READ, dir_fd=processing)
                 os.read(fd, 65536)
                 os.close(fd)
             rename_noreplace(claimed, claimed, processing, processed)
