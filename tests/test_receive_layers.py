@@ -33,3 +33,10 @@ def test_a_layer_that_loses_messages_fails_the_run(tmp_path: Path) -> None:
     drains = dict(receive_layers.LAYER_DRAINS, receive=one_more)
     with pytest.raises(RuntimeError, match="layer receive drained 6 of 5 messages"):
         receive_layers.run_layer("receive", tmp_path / "r", 5, 10, drains=drains)
+
+
+def test_a_missing_work_directory_is_a_one_line_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(receive_layers.main, ["-n", "5", "-r", "1", "--dir", str(tmp_path / "gone")])
+    assert result.exit_code == 2
+    assert "Directory" in result.output and "does not exist" in result.output
+    assert "Traceback" not in result.output

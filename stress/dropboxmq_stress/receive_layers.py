@@ -202,7 +202,7 @@ def table(result: dict[str, float]) -> Table:
               help="Messages each layer drains per round.")
 @click.option("--rounds", "-r", type=click.IntRange(1), default=5, show_default=True,
               help="Interleaved rounds; each figure is the median.")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--dir", "workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Where the temporary dropboxes go (default: the system's temp directory).")
 def main(messages: int, rounds: int, workdir: Path | None) -> None:
     """Time the consume path one layer at a time (see the module docstring)."""
