@@ -660,9 +660,21 @@ def _exec_handler(command: str):
     return run
 
 
+def _output_file_name(message_id: str) -> str:
+    """The file --output-dir writes a message to: its id without ``ID:``, escaped as a name
+    field is (``/`` -> ``%2F``, ``.`` -> ``%2E``) when that id is no plain file name -- a path
+    separator, ``..``, a leading dot -- so a dropped file can never write outside DIR."""
+    from . import codec
+
+    name = message_id.removeprefix("ID:")
+    if not name or name.startswith(".") or "/" in name or "\0" in name:
+        return codec.encode_field(name) or "%00"
+    return name
+
+
 def _directory_handler(directory: Path):
     def write(msg, body) -> bool:
-        name = msg.message_id.removeprefix("ID:")
+        name = _output_file_name(msg.message_id)
         final, partial = directory / name, directory / f".{name}.part"
         try:
             with open(partial, "wb") as out:
