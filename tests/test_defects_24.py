@@ -44,3 +44,17 @@ def test_7_output_dir_never_writes_outside_dir(tmp_path):
     assert len(written) == 1 and "/" not in written[0] and not written[0].startswith(".")
     assert (out / written[0]).read_bytes() == b"payload"
     assert written[0] == "%2E%2F%2E%2E%2Fescaped"  # the id, escaped as a name field is
+
+
+# ---------------------------------------------------------------- 8: a symlinked queue directory
+
+
+def test_8_send_create_never_creates_through_a_symlinked_queue(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "q").symlink_to(outside)
+    result = cli(root, "send", "q", "hello", "--create")
+    assert result.exit_code != 0
+    assert "symlink" in result.stderr and "Traceback" not in result.output
+    assert os.listdir(outside) == []  # nothing made, nothing written out there

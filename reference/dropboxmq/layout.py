@@ -20,7 +20,7 @@ INTERNAL = "dropboxmq"
 
 
 def queue_box(root: Path, queue: Queue) -> Dropbox:
-    return Dropbox(Path(root) / queue.name / "incoming")
+    return Dropbox(Path(root) / queue.name / "incoming", root)
 
 
 def topic_dir(root: Path, topic: Topic) -> Path:
@@ -28,7 +28,7 @@ def topic_dir(root: Path, topic: Topic) -> Path:
 
 
 def topic_incoming(root: Path, topic: Topic) -> Dropbox:
-    return Dropbox(topic_dir(root, topic) / ".incoming")
+    return Dropbox(topic_dir(root, topic) / ".incoming", root)
 
 
 def subscriptions_dir(root: Path, topic: Topic) -> Path:

@@ -165,8 +165,9 @@ class Dropbox:
     """One directory holding the six state directories (a queue's ``incoming/``,
     a topic's ``.incoming/`` or one subscription)."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
+        self.root = None if root is None else Path(root)  # known: ensure() makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
         # hold_dirs(): every state directory open (state -> fd) from the first use until
@@ -258,7 +259,10 @@ class Dropbox:
     # --- layout
     def ensure(self) -> "Dropbox":
         for d in STATE_DIRS:
-            ensure_dir(self.path / d)
+            if self.root is None:
+                ensure_dir(self.path / d)
+            else:
+                ensure_plain_dir(self.root, self.path / d)
         return self
 
     def exists(self) -> bool:
@@ -641,8 +645,26 @@ def is_plain_path(root: str | Path, path: str | Path) -> bool:
 
 
 def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
-    """:func:`ensure_dir`, then StoreError unless the directory is plainly inside ``root``."""
-    ensure_dir(path)
+    """:func:`ensure_dir`, but StoreError when the directory is not plainly inside ``root``:
+    every component below ``root`` is checked *before* anything is created under it, so a
+    symlink on the way (``<root>/q -> /elsewhere``) never gets directories made through it."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        raise StoreError(f"{path} is not inside {root}")
+    here = Path(root)
+    for part in () if rel == "." else Path(rel).parts:
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except FileNotFoundError:
+            ensure_dir(here)
+            mode = os.lstat(here).st_mode
+        if stat.S_ISLNK(mode):
+            raise StoreError(f"{path} is reached through a symlink ({here}): the library keeps its own "
+                             "files only in plain directories of the root")
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"cannot create the directory {path}: {here} is not a directory")
+    ensure_dir(path)  # the root itself (and a clear error when something else is in the way)
     if not is_plain_path(root, path):
         raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
                          "only in plain directories of the root")
