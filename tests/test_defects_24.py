@@ -58,3 +58,73 @@ def test_8_send_create_never_creates_through_a_symlinked_queue(tmp_path):
     assert result.exit_code != 0
     assert "symlink" in result.stderr and "Traceback" not in result.output
     assert os.listdir(outside) == []  # nothing made, nothing written out there
+
+
+# ---------------------------------------------------------------- 9 and 12: manifests
+
+
+def _manifest(tmp_path: Path, name: str, extra: str = "") -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(f'name = "{name}"\n{extra}[commands]\nproduce = "true"\n')
+    return p
+
+
+@pytest.mark.parametrize("name", ["../victim", "/abs/victim", "a/b", ".", ".."])
+def test_9_a_manifest_name_that_is_no_plain_name_is_one_line_error(tmp_path, name):
+    from dropboxmq_conformance import manifest as M
+
+    with pytest.raises(M.ManifestError) as exc:
+        M.load(_manifest(tmp_path, name))
+    assert "name" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_9_conformance_run_never_deletes_outside_its_out_dir(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["conformance", "run", "--impl", str(_manifest(tmp_path, "../victim")),
+                                       "--out", str(out), "--no-tlc"])
+    assert result.exit_code != 0
+    assert (victim / "keep").read_text() == "precious"
+    assert "Traceback" not in result.output
+
+
+def test_9_the_runner_refuses_a_manifest_made_with_an_escaping_name(tmp_path):
+    from dropboxmq_conformance import manifest as M, runner
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    m = M.Manifest("../victim", "", tmp_path / "x.toml", {"produce": "true"})
+    with pytest.raises(ValueError, match="no plain name"):
+        runner.run_impl(m, tmp_path / "out", tlc=False)
+    assert victim.is_dir()
+
+
+@pytest.mark.parametrize("top, flags, key", [
+    ("", "ok_exit = 5", "ok_exit"),
+    ("", "ok_exit = ['x']", "ok_exit"),
+    ("env = 5", "", "env"),
+    ('expect = "fail"\ncaught_by = 5', "", "caught_by"),
+    ("", "timeout = 'soon'", "timeout"),
+    ("", "ordered = 'yes'", "ordered"),
+    ("description = 3", "", "description"),
+])
+def test_12_a_mistyped_manifest_value_is_one_line_naming_the_key(tmp_path, top, flags, key):
+    from dropboxmq_conformance import manifest as M
+
+    p = tmp_path / "m.toml"
+    p.write_text(f'name = "m"\n{top}\n[commands]\nproduce = "true"\n[flags]\n{flags}\n')
+    with pytest.raises(M.ManifestError) as exc:
+        M.load(p)
+    message = str(exc.value)
+    assert key in message and "\n" not in message, message
+
+
+def test_12_conformance_run_answers_a_mistyped_manifest_with_one_line(tmp_path):
+    p = _manifest(tmp_path, "m", "env = 5\n")
+    result = CliRunner().invoke(main, ["conformance", "run", "--impl", str(p), "--out", str(tmp_path / "o"),
+                                       "--no-tlc"])
+    assert result.exit_code == 1
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "env" in lines[0] and "Traceback" not in result.output, result.output

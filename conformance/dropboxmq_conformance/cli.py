@@ -65,6 +65,7 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
     from . import report, runner
 
     console = Console(stderr=True)
+    require("conformance run", "conformance", "jsonschema")  # manifests are validated against a schema
     try:
         paths = [M.find(s) for s in impls] if impls else M.default_manifests()
         manifests = [M.load(p) for p in paths]

@@ -105,6 +105,76 @@ class Manifest:
         return re.sub(r"\{(" + "|".join(PLACEHOLDERS) + r")\}", sub, template)
 
 
+def _schema() -> dict:
+    """The JSON Schema of a manifest (after TOML parsing): every key's type and allowed values.
+    Each property's ``description`` is what an error says it must be."""
+    strings = {"type": "string"}
+    boolean = {"type": "boolean", "description": "true or false"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$",
+                     "description": "a plain name (letters, digits, '.', '_', '+', '-'; it names the "
+                                    "manifest's report directory)"},
+            "description": {"type": "string", "description": "a string"},
+            "expect": {"enum": ["pass", "fail"], "description": "'pass' or 'fail'"},
+            "caught_by": {"type": "array", "items": strings, "description": "a list of check names"},
+            "commands": {"type": "object", "propertyNames": {"enum": list(ROLES)},
+                         "additionalProperties": strings,
+                         "description": f"a table mapping roles ({', '.join(ROLES)}) to command strings"},
+            "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
+                    "description": "a table of environment variables (strings, numbers or booleans)"},
+            "extra": {"enum": list(EXTRAS), "description": f"one of {', '.join(EXTRAS)}"},
+            "flags": {"type": "object", "description": "a table", "properties": {
+                "consume_output": {"enum": list(OUTPUT_FORMATS), "description": f"one of {OUTPUT_FORMATS}"},
+                "ordered": boolean, "ack_removes": boolean, "api_only": boolean,
+                "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "a number of seconds > 0"},
+                "ok_exit": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255},
+                            "description": "a list of exit statuses (integers 0-255)"},
+                "jms": {"enum": list(JMS_VERSIONS), "description": f"one of {JMS_VERSIONS}"},
+                "publish_mode": {"enum": list(PUBLISH_MODES), "description": f"one of {PUBLISH_MODES}"},
+            }},
+            "produce": {"type": "object", "description": "a table", "properties": {
+                key: {"enum": list(PRODUCE_CHOICES), "description": f"one of {PRODUCE_CHOICES}"}
+                for key in ("bodies", "priority")}},
+        },
+    }
+
+
+def _validate(path: Path, data: dict) -> None:
+    """One line naming the first key whose value the schema rejects."""
+    import jsonschema  # the conformance extra's: imported here, so `dropboxmq --help` never needs it
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
+    if error is None:
+        return
+    keys = [str(k) for k in error.absolute_path]
+    if error.validator == "required":
+        raise ManifestError(f"{path}: 'name' (a string) is required")
+    if len(keys) >= 2 and keys[0] in ("flags", "produce"):
+        where = f"[{keys[0]}] {keys[1]}"
+    elif keys:
+        where = keys[0] if len(keys) == 1 else f"{keys[0]}.{'.'.join(keys[1:])}"
+    else:
+        where = "the manifest"
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "propertyNames" or (error.validator == "enum" and keys[:1] == ["commands"]):
+        raise ManifestError(f"{path}: unknown roles in [commands] (known: {', '.join(ROLES)})")
+    # the description of the key itself (an item's failure names the list it is in)
+    described = _schema()["properties"]
+    for k in keys:
+        nxt = described.get(k) if isinstance(described, dict) else None
+        if not isinstance(nxt, dict):
+            break
+        if "description" in nxt:
+            schema = nxt
+        described = nxt.get("properties", {})
+    got = error.instance
+    raise ManifestError(f"{path}: {where} must be {schema.get('description', 'valid')}, not {got!r}"[:300])
+
+
 def load(path: str | Path) -> Manifest:
     path = Path(path).resolve()
     try:
@@ -117,33 +187,17 @@ def load(path: str | Path) -> Manifest:
         if not isinstance(data.get(table, {}), dict):
             raise ManifestError(f"{path}: [{table}] must be a table")
         _unknown(path, table, data.get(table, {}))
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise ManifestError(f"{path}: 'name' (a string) is required")
+    _validate(path, data)
+    name = data["name"]
     commands = data.get("commands", {})
-    if not isinstance(commands, dict) or not all(isinstance(v, str) for v in commands.values()):
-        raise ManifestError(f"{path}: [commands] must map roles to command strings")
-    unknown = set(commands) - set(ROLES)
-    if unknown:
-        raise ManifestError(f"{path}: unknown roles {sorted(unknown)} (known: {', '.join(ROLES)})")
     if not any(commands.get(r) for r in ("produce", "consume", "adapter", "publish", "subscribe")):
         raise ManifestError(f"{path}: give at least one of produce, consume, adapter, publish, subscribe")
     flags = data.get("flags", {})
     out = flags.get("consume_output", "names")
-    if out not in OUTPUT_FORMATS:
-        raise ManifestError(f"{path}: consume_output must be one of {OUTPUT_FORMATS}")
     jms = str(flags.get("jms", "2.0"))
-    if jms not in JMS_VERSIONS:
-        raise ManifestError(f"{path}: flags.jms must be one of {JMS_VERSIONS}")
     publish_mode = str(flags.get("publish_mode", "fan-out"))
     extra = data.get("extra")
-    if extra is not None and extra not in EXTRAS:
-        raise ManifestError(f"{path}: extra must be one of {', '.join(EXTRAS)}")
-    if publish_mode not in PUBLISH_MODES:
-        raise ManifestError(f"{path}: flags.publish_mode must be one of {PUBLISH_MODES}")
     expect = data.get("expect", "pass")
-    if expect not in ("pass", "fail"):
-        raise ManifestError(f"{path}: expect must be 'pass' or 'fail'")
     caught_by = data.get("caught_by", [])
     if expect == "fail" and not caught_by:
         raise ManifestError(f"{path}: a broken example (expect = 'fail') must name the checks aimed at its defect "
@@ -156,9 +210,6 @@ def load(path: str | Path) -> Manifest:
             raise ManifestError(f"{path}: caught_by names no check {check!r}"
                                 + (f"; did you mean {close[0]!r}?" if close else ""))
     produce = data.get("produce", {})
-    for key in ("bodies", "priority"):
-        if produce.get(key, "given") not in PRODUCE_CHOICES:
-            raise ManifestError(f"{path}: [produce] {key} must be one of {PRODUCE_CHOICES}")
     return Manifest(
         name=name,
         description=str(data.get("description", "")),

