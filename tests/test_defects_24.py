@@ -5,14 +5,16 @@ Every test here failed on the code before its fix; the commit that fixed a defec
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import codec, layout
+from dropboxmq import clients, codec, layout
 from dropboxmq.cli import main
+from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State
 from dropboxmq.message import Queue
 from dropboxmq.session import Connection
@@ -128,3 +130,21 @@ def test_12_conformance_run_answers_a_mistyped_manifest_with_one_line(tmp_path):
     assert result.exit_code == 1
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "env" in lines[0] and "Traceback" not in result.output, result.output
+
+
+# ---------------------------------------------------------------- 10: a failed registration
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+def test_10_a_registration_that_cannot_be_written_releases_its_lock(root, monkeypatch, code):
+    def full(fd, data):
+        raise OSError(code, os.strerror(code))
+
+    opened_before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(clients.os, "write", full)
+    with pytest.raises(StoreError, match="cannot register client id 'c'"):
+        Connection(root, "c", FAST)
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == opened_before  # no descriptor leaked
+    with Connection(root, "c", FAST) as conn:  # the id is free again
+        assert conn.client_id == "c"

@@ -75,8 +75,12 @@ class Registration:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode())
+        except OSError as exc:  # ENOSPC, EFBIG...: give the lock back, or the id stays "in use" for good
+            os.close(fd)
+            raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
         self._fd: int | None = fd
 
     def release(self) -> None:
