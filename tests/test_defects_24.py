@@ -16,7 +16,7 @@ from dropboxmq import clients, codec, layout
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State
-from dropboxmq.message import Queue
+from dropboxmq.message import Queue, Topic
 from dropboxmq.session import Connection
 
 from conftest import FAST, ls
@@ -148,3 +148,28 @@ def test_10_a_registration_that_cannot_be_written_releases_its_lock(root, monkey
     assert len(os.listdir("/proc/self/fd")) == opened_before  # no descriptor leaked
     with Connection(root, "c", FAST) as conn:  # the id is free again
         assert conn.client_id == "c"
+
+
+# ---------------------------------------------------------------- 11: distribute streams
+
+
+def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
+    import tracemalloc
+
+    from dropboxmq.distributor import distribute
+
+    size = 16 << 20
+    with Connection(root, "subscriber", FAST) as conn:
+        conn.create_session().create_durable_consumer(Topic("big"), "s").close()
+    incoming = layout.topic_incoming(root, Topic("big")).ensure()
+    with open(incoming.file(State.NEW, "scan.tiff"), "wb") as f:
+        f.write(os.urandom(1 << 20) * 16)
+    tracemalloc.start()
+    try:
+        assert distribute(root) == 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < size // 4, f"distribute's peak was {peak} bytes for a {size}-byte drop"
+    sub = [b for _, b in layout.all_dropboxes(root) if b.path.name.startswith("s")]
+    assert len(sub) == 1 and [os.path.getsize(sub[0].file(State.NEW, n)) for n in sub[0].list(State.NEW)] == [size]

@@ -44,17 +44,19 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
             box = layout.topic_incoming(conn.root, topic)
             consumer = MessageConsumer(session, box, topic, None)
             session._consumers.append(consumer)
-            while (d := consumer._claim_next()) is not None:
-                session._delivered(d)
-                msg = d.message
-                msg.delivery_mode = DeliveryMode.PERSISTENT
-                targets = topics.fan_out_targets(conn.root, topic, msg, None)
-                # the claim wrote this delivery's count into the name: a copy is a first delivery
-                copy_name = codec.without_delivery_count(d.original_name)
-                for target in targets:
-                    session._tx_log().record("send", target, copy_name)
-                    create_copy(target, copy_name, msg, topic_copy=True, durable=False)
-                session.commit()
+            # the body is streamed from the claimed file into each copy, never held in memory
+            while (d := consumer._claim_next(read_body=False)) is not None:
+                with d.body_file or open(os.devnull, "rb") as body:
+                    session._delivered(d)
+                    msg = d.message
+                    msg.delivery_mode = DeliveryMode.PERSISTENT
+                    targets = topics.fan_out_targets(conn.root, topic, msg, None)
+                    # the claim wrote this delivery's count into the name: a copy is a first delivery
+                    copy_name = codec.without_delivery_count(d.original_name)
+                    for target in targets:
+                        session._tx_log().record("send", target, copy_name)
+                        create_copy(target, copy_name, msg, topic_copy=True, durable=False, source=body)
+                    session.commit()
                 done += 1
                 if on_file is not None:
                     on_file(topic, d.original_name, len(targets))
