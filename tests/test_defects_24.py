@@ -173,3 +173,34 @@ def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
     assert peak < size // 4, f"distribute's peak was {peak} bytes for a {size}-byte drop"
     sub = [b for _, b in layout.all_dropboxes(root) if b.path.name.startswith("s")]
     assert len(sub) == 1 and [os.path.getsize(sub[0].file(State.NEW, n)) for n in sub[0].list(State.NEW)] == [size]
+
+
+# ---------------------------------------------------------------- 5: a subscription whose selector does not parse
+
+
+def _break_selector(root: Path, topic: str, sub_dir_prefix: str) -> None:
+    """Rewrite a subscription's well-formed .subscription with a selector that does not parse."""
+    import json
+
+    subs = layout.subscriptions_dir(root, Topic(topic))
+    (d,) = [p for p in subs.iterdir() if p.name.startswith(sub_dir_prefix)]
+    info = json.loads((d / ".subscription").read_text())
+    info["selector"] = "region = "
+    (d / ".subscription").write_text(json.dumps(info))
+
+
+def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
+    from dropboxmq.distributor import distribute
+
+    with Connection(root, "c", FAST) as conn:
+        session = conn.create_session()
+        session.create_durable_consumer(Topic("news"), "bad", selector="region = 'eu'").close()
+        good = session.create_durable_consumer(Topic("news"), "good")
+        _break_selector(root, "news", "bad")
+        session.create_producer().send(Topic("news"), "published")
+        assert good.receive_body(timeout=5) == "published"
+        incoming = layout.topic_incoming(root, Topic("news")).ensure()
+        Path(incoming.file(State.NEW, "dropped.csv")).write_bytes(b"dropped")
+        assert distribute(root) == 1
+        assert good.receive(timeout=5).body == b"dropped"
+        assert incoming.list(State.DEAD_LETTER) == [] and incoming.list(State.NEW) == []

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
-from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
+from .errors import IllegalStateError, InvalidDestinationError, InvalidSelectorError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
 from .store import Dropbox, NotARegularFile, ensure_dir, is_real_dir, open_regular, read_regular_file
 
@@ -361,8 +361,14 @@ def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client:
             if not info.durable and sub.active_consumers() == 0:
                 sub.remove()  # a crashed process's non-durable leftovers
                 continue
-            if info.selector and not selector_for(info.selector).matches(header):
-                continue
+            if info.selector:
+                try:
+                    selected = selector_for(info.selector).matches(header)
+                except InvalidSelectorError as exc:  # a well-formed file with a bad selector: its own problem
+                    log.warning("publish skips %s: its selector %r does not parse: %s", sub.path, info.selector, exc)
+                    continue
+                if not selected:
+                    continue
             boxes.append(sub.box)
     return boxes
 
