@@ -204,3 +204,53 @@ def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
         assert distribute(root) == 1
         assert good.receive(timeout=5).body == b"dropped"
         assert incoming.list(State.DEAD_LETTER) == [] and incoming.list(State.NEW) == []
+
+
+# ---------------------------------------------------------------- 1: one name dropped twice
+
+
+def _drop_into_topic(root: Path, topic: str, name: str, body: bytes) -> None:
+    incoming = layout.topic_incoming(root, Topic(topic)).ensure()
+    Path(incoming.file(State.NOT_COMMITTED, name)).write_bytes(body)
+    os.rename(incoming.file(State.NOT_COMMITTED, name), incoming.file(State.NEW, name))
+
+
+def test_1_a_name_dropped_twice_is_delivered_twice_and_stops_nothing(root):
+    from dropboxmq.distributor import distribute
+    from dropboxmq.recovery import recover
+
+    with Connection(root, "subscriber", FAST) as conn:
+        conn.create_session().create_durable_consumer(Topic("feeds"), "s").close()
+    _drop_into_topic(root, "feeds", "latest.csv", b"monday")
+    assert distribute(root) == 1
+    _drop_into_topic(root, "feeds", "latest.csv", b"tuesday")
+    assert distribute(root) == 1  # not in doubt
+    assert os.listdir(root / "dropboxmq" / "transaction" / "committing") == []
+    with Connection(root, "worker", FAST) as conn:  # a consumer of an unrelated queue works
+        session = conn.create_session()
+        session.create_producer().send(Queue("other"), "unrelated")
+        assert session.create_consumer(Queue("other")).receive_body(timeout=5) == "unrelated"
+    assert recover(root).errors == []
+    with Connection(root, "subscriber", FAST) as conn:
+        sub = conn.create_session().create_durable_consumer(Topic("feeds"), "s")
+        got = sorted((m.body, m.message_id) for m in sub)
+    assert [body for body, _ in got] == [b"monday", b"tuesday"]
+    assert len({mid for _, mid in got}) == 2  # two messages, two ids
+
+
+def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root, monkeypatch):
+    """Whatever keeps one dead publisher's commit from finishing, consumers elsewhere go on."""
+    from dropboxmq import transaction
+
+    with Connection(root, "worker", FAST) as conn:
+        session = conn.create_session()
+        session.create_producer().send(Queue("other"), "unrelated")
+
+        def broken(*args, **kwargs):
+            raise StoreError("cannot send x: y already exists")
+
+        monkeypatch.setattr(transaction, "recover_log", broken)
+        committing = root / "dropboxmq" / "transaction" / "committing"
+        (committing / "ghost~tag~1").write_text("")
+        (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead
+        assert session.create_consumer(Queue("other")).receive_body(timeout=5) == "unrelated"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dropboxmq import store
+from dropboxmq import codec, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
@@ -180,10 +180,10 @@ def test_send_never_replaces_an_existing_target_name(root):
     box = Dropbox(root / "Q1" / "incoming").ensure()
     (root / "Q1" / "incoming" / "target" / NAME).write_bytes(b"first")
     box.create(NAME, b"second", durable=False)
-    with pytest.raises(StoreError, match="already exists"):
-        box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)  # under a name of its own (issue 24 #1)
     assert box.read(State.NEW, NAME) == b"first"
-    assert box.list(State.NOT_COMMITTED) == [NAME]
+    assert box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"second"
+    assert box.list(State.NOT_COMMITTED) == []
 
 
 def test_rename_fallback_without_renameat2(root, monkeypatch):
@@ -193,9 +193,8 @@ def test_rename_fallback_without_renameat2(root, monkeypatch):
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
     box.create(NAME, b"dup", durable=False)
-    with pytest.raises(StoreError, match="already exists"):
-        box.move(Move.SEND, State.NOT_COMMITTED, NAME)
-    assert box.read(State.NEW, NAME) == b"x"
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    assert box.read(State.NEW, NAME) == b"x" and box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"dup"
 
 
 def _path(name: str, dir_fd: int) -> str:

@@ -391,6 +391,13 @@ class Dropbox:
             if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
                 # A foreign producer reused a name: keep both, never overwrite.
                 return self._move_aside(self.file(source, name), destination, dst_name)
+            if destination is State.NEW:
+                # target/ already holds a message of that name (a foreign file dropped twice):
+                # this one goes under a name of its own -- never a failed send, never lost.
+                moved = self._send_aside(self.file(source, name), dst_name)
+                if moved and durable:
+                    self.sync(destination)
+                return moved
             raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
                              f"{self.file(destination, dst_name)} already exists") from None
         except OSError as exc:
@@ -398,6 +405,25 @@ class Dropbox:
         if durable:
             self.sync(destination)
         return True
+
+    def _send_aside(self, src: str, name: str) -> bool:
+        """Rename ``src`` into target/ under the first free ``codec.disambiguated`` name."""
+        from . import codec
+
+        for n in range(2, 1000):
+            other = codec.disambiguated(name, n)
+            if other is None:
+                break
+            try:
+                rename_noreplace(src, self.file(State.NEW, other))
+                return True
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise _store_error("send aside", src, exc) from exc
+        raise StoreError(f"cannot find a free name for {src} in target/")
 
     def _move_aside(self, src: str, destination: State, name: str) -> bool:
         for n in range(1, 1000):

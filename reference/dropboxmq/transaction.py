@@ -404,8 +404,13 @@ def finish_dead_commits(root: Path) -> int:
 
     n = 0
     for where, path in list(pending_logs(root, (_L.COMMITTING,))):
-        if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
-            n += 1
+        try:
+            if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
+                n += 1
+        except (OSError, StoreError) as exc:
+            # One transaction that cannot be finished must not stop every consumer of the root:
+            # it stays in committing/ for `dropboxmq recover`, which reports it.
+            log.warning("cannot finish transaction %s yet: %s", path.name, exc)
     return n
 
 
@@ -427,6 +432,9 @@ def recover_owner(root: Path, client_id: str) -> int:
     n = 0
     for where, path in list(pending_logs(root)):
         if log_owner(path.name) == client_id:
-            if _recover_ours(root, where, path):
-                n += 1
+            try:
+                if _recover_ours(root, where, path):
+                    n += 1
+            except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
+                log.warning("cannot finish transaction %s yet: %s", path.name, exc)
     return n
