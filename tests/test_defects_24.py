@@ -254,3 +254,32 @@ def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root,
         (committing / "ghost~tag~1").write_text("")
         (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead
         assert session.create_consumer(Queue("other")).receive_body(timeout=5) == "unrelated"
+
+
+# ---------------------------------------------------------------- 2: restarted with the same client id
+
+
+def _receive_and_die(root: str, queue: str, client_id: str) -> None:
+    """A CLIENT_ACKNOWLEDGE consumer that takes one message and dies like kill -9 (no cleanup)."""
+    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+
+    conn = Connection(root, client_id, FAST)
+    consumer = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(Queue(queue))
+    assert consumer.receive(timeout=5) is not None
+    os._exit(0)
+
+
+def test_2_a_consumer_restarted_with_its_client_id_gets_its_predecessors_messages(root):
+    import multiprocessing
+
+    with Connection(root, "sender", FAST) as conn:
+        conn.create_session().create_producer().send(Queue("jobs"), "job 1")
+    child = multiprocessing.get_context("fork").Process(target=_receive_and_die, args=(str(root), "jobs", "worker"))
+    child.start()
+    child.join()
+    assert ls(root, "jobs", "processing") and ls(root, "jobs", "processing")[0].startswith("worker~")
+    with Connection(root, "worker", FAST) as conn:  # the restart, same id
+        msg = conn.create_session().create_consumer(Queue("jobs")).receive(timeout=5)
+        assert msg is not None and msg.text == "job 1"
+        assert msg.redelivered and msg.delivery_count == 2
+    assert ls(root, "jobs", "processing") == []

@@ -22,7 +22,7 @@ from .store import NotARegularFile, ensure_plain_dir, open_regular
 
 __all__ = [
     "clients_dir", "registration_path", "Registration", "liveness", "live_clients", "is_dead",
-    "hold_path", "hold_for_checkpoint", "release_hold",
+    "hold_path", "holds_claims", "hold_for_checkpoint", "release_hold",
 ]
 
 
@@ -190,6 +190,12 @@ def _checkpoint_exists(checkpoint: str) -> bool:
     elif "://" in checkpoint:
         return True
     return os.path.exists(checkpoint)
+
+
+def holds_claims(root: Path, client_id: str) -> bool:
+    """Does a checkpoint (that still exists) own ``client_id``'s claims, whatever its process?"""
+    checkpoint = _hold(root, client_id)
+    return checkpoint is not None and _checkpoint_exists(checkpoint)
 
 
 def hold_for_checkpoint(root: Path, client_id: str, checkpoint: str) -> None:

@@ -37,7 +37,7 @@ from .transaction import log_owner, logged_sends, pending_logs, recover_log, rec
 
 log = logging.getLogger("dropboxmq")
 
-__all__ = ["RecoveryReport", "recover", "reclaim_dead_owners", "redelivery_name"]
+__all__ = ["RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name"]
 
 
 @dataclass
@@ -204,6 +204,31 @@ def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
         return name == pname or name.endswith("~" + pname)
 
     return renamed
+
+
+def reclaim_own_leftovers(root: Path, client_id: str) -> int:
+    """REDELIVER every processing/ entry of ``client_id`` under ``root``: called by a connection
+    that has just taken the id's lock, so every claim of that id is a dead predecessor's (a
+    consumer killed -9 and restarted with the same id) -- nobody else may take them back while
+    the id is live again.  Claims a checkpoint holds (a Spark query's) are left to it."""
+    from .clients import holds_claims
+
+    if holds_claims(root, client_id):
+        return 0
+    moved = 0
+    for _, box in layout.all_dropboxes(root):
+        for pname in box.list(State.DELIVERED):
+            client, original = codec.split_processing_name(pname)
+            if client != client_id:
+                continue
+            try:
+                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
+                    continue
+                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
+                    moved += 1
+            except StoreError as exc:
+                log.warning("cannot redeliver %s: %s", pname, exc)
+    return moved
 
 
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:

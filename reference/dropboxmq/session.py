@@ -48,7 +48,7 @@ from .message import (
     TextMessage,
     Topic,
 )
-from .recovery import reclaim_dead_owners
+from .recovery import reclaim_dead_owners, reclaim_own_leftovers
 from .store import Dropbox, NotARegularFile, check_file_system, sync_files, sync_many
 from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
 
@@ -137,6 +137,7 @@ class Connection:
         self.client_id_generated = generated
         if not generated:
             self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
+            self._reclaim_own_leftovers()  # ... and its claims: a killed consumer's restart gets them back
         self._sessions: list[Session] = []
         self._closed = False
         self._started = threading.Event()
@@ -198,6 +199,14 @@ class Connection:
             recover_owner(self.root, self.client_id)
         except (OSError, StoreError) as exc:
             log.warning("cannot finish the transactions left by client %r: %s", self.client_id, exc)
+
+    def _reclaim_own_leftovers(self) -> None:
+        """Redeliver the unacknowledged claims a dead predecessor with this client id left (best
+        effort: what fails stays for the next connection or `dropboxmq recover`)."""
+        try:
+            reclaim_own_leftovers(self.root, self.client_id)
+        except (OSError, StoreError) as exc:
+            log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
 
     def _has_pending_work(self, box: Dropbox) -> bool:
         """Does a session of this connection hold messages of ``box`` in an open transaction or
