@@ -283,3 +283,90 @@ def test_2_a_consumer_restarted_with_its_client_id_gets_its_predecessors_message
         assert msg is not None and msg.text == "job 1"
         assert msg.redelivered and msg.delivery_count == 2
     assert ls(root, "jobs", "processing") == []
+
+
+# ---------------------------------------------------------------- 3, 4, 6: names with no room
+
+
+LONG_FOREIGN = "4.1795380000000000-1." + "x" * 234  # 255 bytes: no room for the count
+assert len(LONG_FOREIGN) == 255
+
+
+@pytest.mark.parametrize("name", ["invoice-42.xml", LONG_FOREIGN, "4.1795380000000000-1." + "y" * 220])
+def test_3_recover_redelivers_a_name_with_no_room_as_redelivered(root, name):
+    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+
+    drop(root, "q", name, b"body")
+    with Connection(root, "c", FAST) as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(Queue("q"))
+        for delivery in (1, 2, 3):
+            msg = consumer.receive(timeout=5)
+            assert msg is not None and msg.body == b"body"
+            assert (msg.redelivered, msg.delivery_count) == (delivery > 1, delivery)
+            session.recover()
+        msg = consumer.receive(timeout=5)
+        assert msg.delivery_count == 4
+        session.acknowledge()
+    assert ls(root, "q", "processed") == [name] and ls(root, "q", "target") == []
+    assert not os.listdir(layout.queue_box(root, Queue("q")).path / ".claims")  # forgotten once acked
+
+
+def test_3_exec_failing_dead_letters_a_foreign_name(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    drop(root, "q", "invoice-42.xml", b"<invoice/>")
+    # a subprocess: before the fix this drain never ended (the count never grew); the timeout
+    # only keeps such a failure from hanging the suite
+    result = subprocess.run([sys.executable, "-m", "dropboxmq.cli", "--root", str(root), "receive", "q", "-n", "0",
+                             "--exec", "exit 1", "--redelivery-delay", "0"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert ls(root, "q", "error") == ["invoice-42.xml"] and ls(root, "q", "target") == []
+    assert result.stderr.count("exited with status 1") == 10  # max_delivery_attempts, then error/
+
+
+def test_4_a_long_name_our_producer_accepts_is_claimed_with_its_owner_and_recovered(root):
+    import multiprocessing
+
+    from dropboxmq.message import TextMessage
+    from dropboxmq.recovery import recover
+
+    with Connection(root, "sender", FAST) as conn:
+        msg = TextMessage("long")
+        msg.set_property("p", "v" * 190)
+        conn.create_session().create_producer().send(Queue("q"), msg)
+    (name,) = ls(root, "q", "target")
+    assert 225 <= len(name) <= 236, len(name)
+    child = multiprocessing.get_context("fork").Process(target=_receive_and_die, args=(str(root), "q", "victim-1"))
+    child.start()
+    child.join()
+    (pname,) = ls(root, "q", "processing")
+    assert codec.split_processing_name(pname)[0] == "victim-1"  # the claim names its owner
+    assert recover(root).redelivered == 1
+    with Connection(root, "other", FAST) as conn:
+        got = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
+        assert got.text == "long" and got.redelivered and got.delivery_count == 2
+        assert got.get_property("p") == "v" * 190
+
+
+def test_6_a_live_consumers_ghost_named_message_is_not_taken_back(root):
+    from dropboxmq.recovery import recover
+    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+
+    with Connection(root, "ghost", FAST):
+        pass
+    (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead
+    name = "ghost~4.1795380000000000-1.T...." + "z" * 223
+    assert len(name) == 255
+    drop(root, "q", name, b"held")
+    with Connection(root, "live", FAST) as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(Queue("q"))
+        assert consumer.receive(timeout=5).body == b"held"
+        assert recover(root).redelivered == 0
+        assert consumer.receive(timeout=0) is None  # not delivered again while held
+        session.acknowledge()
+    assert ls(root, "q", "processed") == [name]

@@ -111,8 +111,9 @@ Processing names
 ----------------
 
 A consumer's claim renames ``target/<name>`` to
-``processing/<enc(clientId)>~<name>`` (``<name>`` alone when that exceeds 255
-bytes, as 1.2 does).  ``~`` never occurs in an encoded field.
+``processing/<enc(clientId)>~<name>``; :func:`processing_name` gives ``<name>`` alone
+when that exceeds 255 bytes, as 1.2 does, but our consumers then claim under an alias
+that still names the owner (``claims.py``).  ``~`` never occurs in an encoded field.
 
 Ordering
 --------
@@ -168,7 +169,6 @@ __all__ = [
     "without_delivery_count",
     "processing_name",
     "split_processing_name",
-    "may_be_bare_claim_of",
     "sort_key",
     "sort_rank",
     "rank_priority",
@@ -644,16 +644,6 @@ def split_processing_name(pname: str) -> tuple[str | None, str]:
     if not sep or not rest or _PREFIX_RE.fullmatch(head) is None:
         return None, pname
     return decode_field(head), rest
-
-
-def may_be_bare_claim_of(client_id: str, pname: str) -> bool:
-    """Could ``pname`` be ``client_id``'s claim of a name too long for its prefix (kept
-    bare, as 1.2 does)?  Then a ``~`` in it does not prove another owner -- unless what
-    follows the ``~`` is a message name and the whole is none (a prefix, then)."""
-    rest = pname.partition("~")[2]
-    if split_name(rest) is not None and split_name(pname) is None:
-        return False
-    return _name_bytes(encode_field(client_id)) + 1 + _name_bytes(pname) > MAX_NAME_BYTES
 
 
 def sort_key(name: str) -> tuple[int, int, int, str]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from . import codec
 from .message import Message
+from .values import Property
 
 if TYPE_CHECKING:
     from .selector import Selector
@@ -65,15 +66,20 @@ class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tr
 _make_decision = tuple.__new__
 
 
-def decide(name: str, now: int, settings: ClaimSettings) -> Decision:
-    """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch)."""
-    first = codec.first_delivery(name)
+def decide(name: str, now: int, settings: ClaimSettings, attempted: int = 0) -> Decision:
+    """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch).  ``attempted``:
+    the deliveries made before, when the name cannot carry them (the claim register's count,
+    ``claims.py``); the name's own count counts when it is higher."""
+    first = codec.first_delivery(name) if not attempted else None
     if first is not None:  # nothing in the name can hold it back: only a selector can
         claimed, header = first
         if settings.selector is not None and not settings.selector.matches(header):
             return Decision(Verdict.SKIP, header)
         return _make_decision(Decision, (Verdict.CLAIM, header, 1, claimed, 0, settings.max_delivery_attempts < 1))
     header = codec.from_wire(name, now)
+    if attempted >= header.delivery_count:
+        header.delivery_count, header.redelivered = attempted + 1, True
+        header.properties[codec.DELIVERY_COUNT] = Property("I", attempted + 1)
     if settings.selector is not None and not settings.selector.matches(header):
         return Decision(Verdict.SKIP, header)
     if header.delivery_time > now:

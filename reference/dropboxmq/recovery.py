@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import codec, layout
-from .clients import is_dead, live_clients
+from . import claims, codec, layout
+from .clients import is_dead
 from .codec import from_wire, now_ms
 from .store import Dropbox, ensure_plain_dir
 from .errors import StoreError
@@ -219,42 +219,47 @@ def reclaim_own_leftovers(root: Path, client_id: str) -> int:
     for _, box in layout.all_dropboxes(root):
         for pname in box.list(State.DELIVERED):
             client, original = codec.split_processing_name(pname)
-            if client != client_id:
-                continue
-            try:
-                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
-                    continue
-                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
-                    moved += 1
-            except StoreError as exc:
-                log.warning("cannot redeliver %s: %s", pname, exc)
+            if client == client_id:
+                moved += _give_back(box, pname, original)
     return moved
+
+
+def _give_back(box: Dropbox, pname: str, original: str) -> int:
+    """REDELIVER a dead owner's ``processing/<pname>`` (1 if it moved).  An alias claim goes
+    back under its message's name, its count kept by the claim register (claims.py); one
+    whose register entry is lost has no headers left to deliver: DEAD_LETTER, for an operator."""
+    try:
+        if claims.alias_inode(pname) is not None:
+            name = claims.original_name(box, pname)
+            if name is None:
+                log.warning("claim %s of %s has no register entry: dead-lettered", pname, box.path)
+                claims.finish(box, Move.DEAD_LETTER, pname)
+                return 0
+            return int(box.move(Move.REDELIVER, State.DELIVERED, pname, name))
+        if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
+            return 0  # a claim/ack/redeliver cut short in the link()+unlink() fallback
+        return int(box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)))
+    except StoreError as exc:
+        log.warning("cannot redeliver %s: %s", pname, exc)
+        return 0
 
 
 def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = False) -> int:
     """REDELIVER every processing/ entry whose owner is dead. Returns how many."""
     moved = 0
     verdicts: dict[str, bool] = {}
-    live: list[str] | None = None
     for pname in box.list(State.DELIVERED):
         client, original = codec.split_processing_name(pname)
         if client is None:
             dead = assume_unknown_dead
         else:
+            # Our claims always carry their owner (claims.py: no bare claims), so the client
+            # before the "~" is the owner; a bare name is 1.2's, whose owner is unknown.
             if client not in verdicts:
                 verdicts[client] = is_dead(root, client, assume_unknown_dead)
                 if verdicts[client]:
                     recover_owner(root, client)  # its committing/ log ACKs, the rest come back
             dead = verdicts[client]
-            if dead:  # unless a live client may hold it bare: its "~" then proves nothing
-                live = live_clients(root) if live is None else live
-                dead = not any(codec.may_be_bare_claim_of(c, pname) for c in live)
         if dead:
-            try:
-                if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
-                    continue  # a claim/ack/redeliver cut short in the link()+unlink() fallback
-                if box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)):
-                    moved += 1
-            except StoreError as exc:
-                log.warning("cannot redeliver %s: %s", pname, exc)
+            moved += _give_back(box, pname, original)
     return moved

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
-from . import codec, ids, layout, retention, topics
+from . import claims, codec, ids, layout, retention, topics
 from .decision import ClaimSettings, Verdict, decide
 from .clients import Registration
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
@@ -423,7 +423,7 @@ class Session:
         """ACK each delivery; fsync processed/ once per directory for persistent ones."""
         touched = []
         for d in deliveries:
-            moved = d.box.move(Move.ACK, State.DELIVERED, d.processing_name)
+            moved = claims.finish(d.box, Move.ACK, d.processing_name)
             if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
                 continue  # its subscription was removed (by another connection): nothing to ack
             # not moved = acked by an earlier acknowledge() whose sync failed: sync again
@@ -745,6 +745,12 @@ class MessageProducer:
                 sync_many((box, State.NEW) for box, _ in durable_copies)
 
 
+def _store_error_of(action: str, name: str, exc: OSError) -> StoreError:
+    err = StoreError(f"cannot {action} {name}: {exc.strerror or exc}")
+    err.errno = exc.errno  # type: ignore[attr-defined]
+    return err
+
+
 def _size(body: object) -> int:
     return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
 
@@ -837,6 +843,7 @@ class _Scanner:
         self._ranks: dict[str, int] = {}
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
+        self.registered: frozenset[int] = frozenset()  # inodes of the claim register (claims.py)
 
     @property
     def names_listed(self) -> int:
@@ -872,6 +879,7 @@ class _Scanner:
         O(n log n) rank computations.  Equal ranks (foreign names of one priority) keep the
         order they were first listed in."""
         started = time.monotonic()
+        self.registered = claims.registered(self.box)  # (before the listing: no entry is missed)
         names = self.box.list(State.NEW)
         ranks = self._ranks
         listed = set(names)
@@ -1090,7 +1098,10 @@ class MessageConsumer:
         """Execute decision.decide's verdict on ``name``: one lifecycle move each."""
         box, scanner = self.box, self._scanner
         now = now_ms()
-        verdict, header, count, claimed, until, dead_letter = decide(name, now, self._policy)
+        # a name that cannot carry its delivery count has it in the claim register
+        entry = claims.lookup(box, State.NEW, name, scanner.registered) if scanner.registered else None
+        attempted = 0 if entry is None else entry.count
+        verdict, header, count, claimed, until, dead_letter = decide(name, now, self._policy, attempted)
         if verdict is not Verdict.CLAIM:
             if verdict is Verdict.EXPIRE:
                 box.move(Move.EXPIRE, State.NEW, name)
@@ -1099,9 +1110,14 @@ class MessageConsumer:
                     self._deferred[name] = until
                 scanner.skip.add(name)
             return None
-        pname = codec.processing_name(self.session.connection.client_id, claimed)
         try:
-            if not box.move(Move.CLAIM, State.NEW, name, pname):
+            try:
+                pname = claims.claim_name(box, self.session.connection.client_id, name, claimed, count)
+            except FileNotFoundError:
+                pname = ""  # claimed by another consumer before we could register it
+            except OSError as exc:
+                raise _store_error_of("register the claim of", name, exc) from exc
+            if not pname or not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
                 return None  # lost the race: normal, silent
         except StoreError as exc:
@@ -1110,9 +1126,11 @@ class MessageConsumer:
             log.warning("cannot claim %s, skipping it: %s", name, exc)
             scanner.skip.add(name)
             return None
+        if entry is not None and claims.alias_inode(pname) is None:
+            claims.forget(box, box.stat(State.DELIVERED, pname).st_ino)  # the count is in the name now
         if dead_letter:
             log.warning("%s delivered %d times: dead-lettered", name, count - 1)
-            box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+            claims.finish(box, Move.DEAD_LETTER, pname)
             return None
         assert header is not None  # decide() decodes every name it claims
         body_file = None
@@ -1124,7 +1142,7 @@ class MessageConsumer:
         except (NotARegularFile, OSError) as exc:
             log.warning("unreadable message %s quarantined to error/: %s", name, exc)
             try:
-                box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
+                claims.finish(box, Move.DEAD_LETTER, pname)
             except StoreError:
                 # Not left in processing/: after a clean close() nobody would reclaim it
                 # (stress faults case: EIO on the read, then on the rename into error/).

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-from . import codec
+from . import claims, codec
 from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
@@ -315,10 +315,13 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool) -> list
             box.move(Move.DISCARD, State.NOT_COMMITTED, e.at)
             touched.append((box, State.NOT_COMMITTED))
         elif commit:
-            box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)
+            if claims.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
+                claims.finish(box, Move.ACK, e.at)
+            else:
+                box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)
             touched.append((box, State.ACKNOWLEDGED))
         else:
-            box.move(Move.REDELIVER, State.DELIVERED, e.at, e.after_rollback)
+            box.move(Move.REDELIVER, State.DELIVERED, e.at, claims.original_name(box, e.at) or e.after_rollback)
             touched.append((box, State.NEW))
     return touched
 

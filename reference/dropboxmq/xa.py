@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import codec
+from . import claims, codec
 from .clients import is_dead, registration_path
 from .errors import DropboxMQError, IllegalStateError
 from .lifecycle import State
@@ -308,8 +308,8 @@ def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, s
     for i, (kind, box, pname) in enumerate(ops):
         if kind == "send":
             final = pname
-        else:
-            _, final = codec.split_processing_name(pname)
+        else:  # a claim under an alias (claims.py) ends under its message's own name
+            final = claims.original_name(Dropbox(root / box), pname) or codec.split_processing_name(pname)[1]
         entries.append(XAEntry(kind, box, pname, _parked_name(h, final, i), final))
     log = BranchLog(xid, owner, entries, time.time(), os.getpid(), socket.gethostname())
     store = LogStore(root)

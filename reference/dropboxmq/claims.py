@@ -1,0 +1,176 @@
+"""Claims of names with no room: the owner and the delivery count for every legal name.
+
+A claim renames ``target/<name>`` to ``processing/<enc(clientId)>~<name with the count>``
+(codec.processing_name, codec.with_delivery_count): the owner prefix lets recovery give a
+dead consumer's messages back, the count makes the next delivery say JMSRedelivered and
+dead-letters a poison message.  Some legal names leave no room for that:
+
+* a foreign name that is no 1.2 message name (``invoice-42.xml``): the count has no field;
+* a name of 237-255 bytes: the count pair does not fit;
+* a name that fits, but not behind the client id (229 bytes for a 25-byte prefix).
+
+1.2 claimed those bare and forgot the count, so they were never recovered, never
+redelivered as such and never dead-lettered.  Ours claims them under an *alias*,
+``processing/<enc(clientId)>~#<inode>`` -- ``#`` is escaped by every 1.2 encoder
+(``%23``), so no message name starts with it -- and keeps the name and the count in the
+dropbox's claim register, ``<dropbox>/.claims/<inode>``: a small file holding the name, the
+body's size and the deliveries attempted so far, made durable before the claim's rename.
+The inode names the message across its renames (a rename keeps it); the size guards
+against a register entry outliving its file (an operator's purge) and meeting a reused
+inode.  So:
+
+* CLAIM      writes the entry (count = this delivery), then renames target/<name> to the alias;
+* REDELIVER  renames the alias back to target/<name>: the entry already holds the count, and
+             the next claim reads it (JMSRedelivered = true, JMSXDeliveryCount = count + 1);
+* ACK, DEAD_LETTER, EXPIRE  rename the alias to ``<state>/<name>`` and forget the entry.
+
+Every other name is claimed exactly as before: 1.2 reads and writes both kinds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+
+from . import codec
+from .lifecycle import Move, State
+from .store import Dropbox, fsync_dir, replace_durably
+
+__all__ = [
+    "REGISTER", "ALIAS_MARK", "Entry", "needs_alias", "alias_name", "alias_inode", "registered",
+    "lookup", "remember", "forget", "original_name", "claim_name", "finish",
+]
+
+log = logging.getLogger("dropboxmq")
+
+#: the claim register's directory, beside the six state directories of a dropbox
+REGISTER = ".claims"
+#: what follows the owner's "~" in an alias: never the first character of an encoded field
+ALIAS_MARK = "#"
+
+
+class Entry:
+    """What the register keeps for one aliased message."""
+
+    __slots__ = ("name", "size", "count")
+
+    def __init__(self, name: str, size: int, count: int):
+        self.name, self.size, self.count = name, size, count
+
+
+def _register(box: Dropbox) -> Path:
+    return box.path / REGISTER
+
+
+def needs_alias(client_id: str, name: str, claimed: str) -> bool:
+    """Can ``target/<name>`` not be claimed as ``<enc(client_id)>~<claimed>``, ``claimed`` being
+    the name with this delivery's count stamped (decision.decide)?  ``with_delivery_count``
+    returns the name unchanged exactly when it cannot write the count (no field for it, or
+    no room), and a stamp always changes a name in target/ (its count there is one less)."""
+    if claimed == name:
+        return True
+    return codec.processing_name(client_id, claimed) == claimed  # no room for the owner
+
+
+def alias_name(client_id: str, inode: int) -> str:
+    return f"{codec.encode_field(client_id)}~{ALIAS_MARK}{inode}"
+
+
+def alias_inode(pname: str) -> int | None:
+    """The inode an alias claim names, or None for an ordinary processing/ name."""
+    _, rest = codec.split_processing_name(pname)
+    if rest[:1] != ALIAS_MARK or not rest[1:].isdigit():
+        return None
+    return int(rest[1:])
+
+
+def registered(box: Dropbox) -> frozenset[int]:
+    """The inodes the register has an entry for (empty, and one failed listing, when none)."""
+    try:
+        return frozenset(int(n) for n in os.listdir(_register(box)) if n.isdigit())
+    except (FileNotFoundError, NotADirectoryError):
+        return frozenset()
+
+
+def _read(box: Dropbox, inode: int) -> Entry | None:
+    try:
+        with open(_register(box) / str(inode), "rb") as f:
+            d = json.loads(f.read().decode("utf-8", "surrogateescape"))
+        return Entry(str(d["name"]), int(d["size"]), int(d["count"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("claim register entry %s of %s is unreadable: %s", inode, box.path, exc)
+        return None
+
+
+def lookup(box: Dropbox, state: State, name: str, inodes: frozenset[int]) -> Entry | None:
+    """The register's entry for ``<state>/<name>``, if ``inodes`` (a listing of the register)
+    says there may be one and it belongs to this very file (same inode, same size)."""
+    if not inodes:
+        return None
+    try:
+        st = box.stat(state, name)
+    except FileNotFoundError:
+        return None
+    if st.st_ino not in inodes:
+        return None
+    entry = _read(box, st.st_ino)
+    return entry if entry is not None and entry.size == st.st_size else None
+
+
+def remember(box: Dropbox, inode: int, name: str, size: int, count: int) -> None:
+    """Write the entry durably: it must outlast a crash whenever the claim's rename does."""
+    register = _register(box)
+    try:
+        os.mkdir(register)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(register).st_mode):
+            raise NotADirectoryError(f"{register} is not a directory") from None
+    else:
+        fsync_dir(str(box.path))
+    data = json.dumps({"name": name, "size": size, "count": count}).encode("utf-8", "surrogateescape")
+    path = register / str(inode)
+    replace_durably(path, data, register / f".{inode}.{os.getpid()}.tmp")
+    fsync_dir(str(register))
+
+
+def forget(box: Dropbox, inode: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_register(box) / str(inode))
+
+
+def original_name(box: Dropbox, pname: str) -> str | None:
+    """The message name an alias claim stands for (None: no alias, or no entry for it)."""
+    inode = alias_inode(pname)
+    if inode is None:
+        return None
+    entry = _read(box, inode)
+    return None if entry is None else entry.name
+
+
+def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int) -> str:
+    """The processing/ name to claim ``target/<name>`` under as delivery ``count``: ``claimed``
+    behind the owner prefix, or (no room) an alias whose entry is written here, first."""
+    if not needs_alias(client_id, name, claimed):
+        return codec.processing_name(client_id, claimed)
+    st = box.stat(State.NEW, name)  # FileNotFoundError: claimed by someone else meanwhile
+    remember(box, st.st_ino, name, st.st_size, count)
+    return alias_name(client_id, st.st_ino)
+
+
+def finish(box: Dropbox, move: Move, pname: str) -> bool:
+    """ACK, DEAD_LETTER or EXPIRE the claim ``processing/<pname>``: an alias ends under its
+    message's own name (and its entry is forgotten), any other name as it is."""
+    inode = alias_inode(pname)
+    entry = None if inode is None else _read(box, inode)
+    if entry is None:
+        return box.move(move, State.DELIVERED, pname)
+    moved = box.move(move, State.DELIVERED, pname, entry.name)
+    if moved:
+        forget(box, inode)  # type: ignore[arg-type]  # set whenever entry is
+    return moved
