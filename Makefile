@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# The editable install's import hook is invisible to mypy (PEP 561) and to Spark's data-source
+	# discovery (pkgutil): a plain path entry for reference/ makes user code type-check and Spark find it.
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "dropboxmq-reference.pth").write_text(str(pathlib.Path("reference").resolve()) + "\n")'
 	touch $@
 
 REPORTS := reports

@@ -28,7 +28,7 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
     from .session import Connection
 
     started = time.perf_counter()
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         producer = conn.create_session().create_producer(Queue(queue))
         for seq in range(count):
             msg = TextMessage(body=f"message {seq} from producer {index}".encode())
@@ -44,7 +44,7 @@ def _consume(root: str, queue: str, index: int, producers_done, results) -> None
 
     got: list[tuple[int, int, int]] = []
     started = time.perf_counter()
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue(queue))
         while True:
             msg = consumer.receive(0.2)
