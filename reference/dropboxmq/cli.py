@@ -939,30 +939,87 @@ def distribute(ctx, follow, client_id) -> None:
 
 @main.command()
 @click.argument("queue")
+@click.option("--state", default="target", show_default=True, type=click.Choice(list(STATE_DIRS)),
+              help="Which state directory to show: target (waiting), processing (in flight), processed, "
+                   "expired, error (dead letters), working (not yet sent).")
 @click.option("--selector", help="Only messages matching this JMS selector.")
 @click.option("-n", "--limit", type=click.IntRange(0), default=0, help="Show at most this many (0 = all).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (as receive --json, "
+              "with the state it is in).")
 @click.pass_context
-def browse(ctx, queue, selector, limit, as_json) -> None:
-    """Show QUEUE's waiting messages in delivery order (priority, then send order),
-    moving nothing.  Expired and delayed messages are not shown."""
+def browse(ctx, queue, state, selector, limit, as_json) -> None:
+    """Show QUEUE's messages in one state directory in delivery order (priority, then send
+    order), moving nothing.  In target/ (the default), expired and delayed messages are not
+    shown; --state error lists the dead letters (send them back with 'dropboxmq redrive').
+
+    \b
+    Examples:
+      dropboxmq browse orders --json | jq .text
+      dropboxmq browse orders --state error          # dead letters, with their delivery counts
+    """
+    from . import layout
+    from .operations import messages_in
+    from .session import parse_selector
+
     _check_selector(selector)
     dest = _known_queue(ctx, queue, create=False)
+    if state != State.NEW.value:
+        matches = parse_selector(selector)
+        box = layout.queue_box(require_root(ctx), dest)
+        shown = 0
+        for stored in messages_in(box, State(state)):
+            if limit and shown >= limit:
+                break
+            if matches is not None and not matches.matches(stored.message):
+                continue
+            stored.message.destination = dest
+            _print_message(stored.message, as_json, state)
+            shown += 1
+        return
     with _connect(ctx) as conn:
         browser = conn.create_session().create_browser(dest, selector)
         for i, msg in enumerate(browser):
             if limit and i >= limit:
                 break
-            _print_message(msg, as_json)
+            _print_message(msg, as_json, state)
+
+
+@main.command()
+@click.argument("queue")
+@click.option("-n", "--limit", type=click.IntRange(0), default=0, help="Redrive at most this many, oldest "
+              "first (0 = all).")
+@click.pass_context
+def redrive(ctx, queue, limit) -> None:
+    """Send QUEUE's dead letters (error/) back to the queue to be consumed again: the same
+    message id, class, headers, properties and body, the delivery count starting over
+    (as SQS's redrive and RabbitMQ's shovel do).  Prints each message id.
+
+    \b
+    Examples:
+      dropboxmq browse orders --state error      # look first
+      dropboxmq redrive orders --limit 10
+    """
+    from . import layout
+    from .operations import redrive as redrive_box
+
+    root = require_root(ctx)
+    box = layout.queue_box(root, _known_queue(ctx, queue, create=False))
+    done = 0
+    for msg in redrive_box(root, box, queue, limit):
+        click.echo(f"{msg.message_id} redriven to {queue}")
+        done += 1
+    err_console.print(Text(f"redrove {done} dead letter(s) to {queue}"), soft_wrap=True, highlight=False)
 
 
 STAT_FORMATS = ("table", "json", "prometheus")
 
 
 @main.command()
+@click.argument("destinations", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(STAT_FORMATS), default="table", show_default=True,
-              help="table; json: one object, destination -> state directory -> count, plus "
-                   "oldest_age_seconds; prometheus: the node_exporter textfile-collector format.")
+              help="table; json: {\"time\": ..., \"destinations\": {name: {state directory: count, ..., "
+                   "oldest_age_seconds}}} (with --watch, one such line per refresh, plus *_growth); prometheus: "
+                   "the node_exporter textfile-collector format, gauges and counters.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C, with the growth of "
               "error/ and expired/ since the start (json: one line per refresh).")
@@ -971,19 +1028,32 @@ STAT_FORMATS = ("table", "json", "prometheus")
 @click.option("--times", type=click.IntRange(0), default=0, help="With --watch: stop after this many refreshes "
               "(0 = until Ctrl-C).")
 @click.pass_context
-def stat(ctx, fmt, as_json, watch, interval, times) -> None:
-    """Count the messages in each state of every destination under the root, with the age
-    of the oldest waiting message (target/).
+def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
+    """Count the messages in each state of the named DESTINATIONS (queues, or topic:NAME!SUB
+    as listed), or of every destination under the root, with the age of the oldest waiting
+    message (target/).
 
     \b
     Examples:
       dropboxmq stat
+      dropboxmq stat orders invoices --json | jq '.destinations.orders.target'
       dropboxmq stat --watch --interval 5
       dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \
         mv /var/lib/node_exporter/dropboxmq.prom.tmp /var/lib/node_exporter/dropboxmq.prom
     """
     root = require_root(ctx)
     fmt = "json" if as_json else fmt
+    if destinations:
+        known = [name for name, _ in _all_dropboxes(root)]
+        for name in destinations:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise click.UsageError(f"no destination {name!r} under {root}{hint}")
+
+    def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
+        return _queue_stats(root, destinations)
+
     if not watch:
         _show_stat(root, fmt, queue_stats(root), None)
         return
@@ -1012,14 +1082,24 @@ def stat(ctx, fmt, as_json, watch, interval, times) -> None:
         return
 
 
+def _all_dropboxes(root: Path):
+    from . import layout
+
+    return layout.all_dropboxes(root)
+
+
 def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
     """destination -> {state directory: count, ..., "oldest_age_seconds": age of the oldest
     file in target/ (seconds since it was written), or None when target/ is empty}."""
-    from . import layout
+    return _queue_stats(root, ())
 
+
+def _queue_stats(root: Path, only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     now = time.time()
     stats: dict[str, dict[str, Any]] = {}
-    for name, box in layout.all_dropboxes(root):
+    for name, box in _all_dropboxes(root):
+        if only and name not in only:
+            continue
         row: dict[str, Any] = {d: box.count(State(d)) for d in STATE_DIRS}
         row["oldest_age_seconds"] = _oldest_age(box.dir(State.NEW), now)
         stats[name] = row
@@ -1049,8 +1129,22 @@ def stat_growth(current: dict[str, dict[str, Any]], first: dict[str, dict[str, A
             for name, row in current.items()}
 
 
-def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
-    """The textfile-collector format: gauges per destination (and state directory)."""
+#: counter name -> (help, the state directories whose files and removals it adds up)
+PROMETHEUS_COUNTERS = {
+    "dropboxmq_messages_sent_total": ("Messages ever sent (now in target/ or later, or removed from there).",
+                                      ("target", "processing", "processed", "expired", "error")),
+    "dropboxmq_messages_acknowledged_total": ("Messages ever acknowledged (processed/, pruned included).",
+                                              ("processed",)),
+    "dropboxmq_messages_expired_total": ("Messages ever expired (expired/, pruned included).", ("expired",)),
+    "dropboxmq_messages_dead_lettered_total": ("Messages ever dead-lettered (error/, pruned or redriven "
+                                               "included).", ("error",)),
+}
+
+
+def prometheus_text(stats: dict[str, dict[str, Any]], removed: dict[str, dict[str, int]] | None = None) -> str:
+    """The textfile-collector format: gauges per destination (and state directory), and
+    counters that stay monotonic when prune removes files (``removed``: what was ever removed
+    from each state directory, operations.removed_totals)."""
     def label(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -1064,21 +1158,33 @@ def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
     for name, row in stats.items():
         lines.append(f'dropboxmq_oldest_message_age_seconds{{destination="{label(name)}"}} '
                      f'{row["oldest_age_seconds"] or 0}')
+    removed = removed or {}
+    for metric, (text, states) in PROMETHEUS_COUNTERS.items():
+        lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
+        for name, row in stats.items():
+            gone = removed.get(name, {})
+            total = sum(row[d] + gone.get(d, 0) for d in states)
+            lines.append(f'{metric}{{destination="{label(name)}"}} {total}')
     return "\n".join(lines) + "\n"
 
 
 def _show_stat(root: Path, fmt: str, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> None:
-    if fmt == "json":
+    if fmt == "json":  # one shape, watched or not
         if first is not None:
             growth = stat_growth(stats, first)
             stats = {name: {**row, **growth[name]} for name, row in stats.items()}
-            click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
-        else:
-            click.echo(json.dumps(stats))
+        click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
     elif fmt == "prometheus":
-        click.echo(prometheus_text(stats), nl=False)
+        from .operations import removed_totals
+
+        click.echo(prometheus_text(stats, removed_totals(root)), nl=False)
     else:
-        console.print(_stat_table(root, stats, first))
+        # piped: as wide as the table needs (a terminal's width is the terminal's)
+        table = _stat_table(root, stats, first)
+        if console.is_terminal:
+            console.print(table)
+        else:
+            Console(width=10_000).print(table)
 
 
 def _age_text(seconds: float | None) -> str:
@@ -1119,11 +1225,13 @@ def _stat_table(root: Path, stats: dict[str, dict[str, Any]], first: dict[str, d
 @click.option("--release", "release", multiple=True, metavar="CLIENT",
               help="CLIENT (e.g. a Spark query's spark-<hash>) is gone for good: drop its checkpoint "
                    "hold so its claims are redelivered like any dead owner's. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.pass_context
-def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> None:
+def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release, as_json) -> None:
     """Recover after crashes: finish dead owners' transactions (roll forward or back),
     redeliver their in-flight messages, quarantine orphaned working/ files and expire
-    overdue messages.  Prints a JSON report; exit status 1 if anything could not be fixed.
+    overdue messages.  Prints what it did (--json: a JSON report); exit status 1 if
+    anything could not be fixed.
     Safe to run at any time: live clients, and clients whose claims a still existing
     checkpoint holds (Spark queries), are never touched."""
     from .clients import release_hold
@@ -1135,9 +1243,22 @@ def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> N
             raise click.UsageError(f"--release {client}: no checkpoint hold for that client id")
     report = run_recovery(root, orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
                           assume_unknown_dead=assume_unknown_dead)
-    click.echo(json.dumps(report.as_dict()))
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        _print_recovery(report.as_dict())
     if report.errors:
         sys.exit(1)
+
+
+def _print_recovery(report: dict[str, Any]) -> None:
+    """The recovery report for people: one line per kind of work done, then each error."""
+    done = [f"{len(v) if isinstance(v, (list, dict)) else v} {k.replace('_', ' ')}" for k, v in report.items()
+            if k not in ("errors", "transactions") and v]
+    done += [f"{n} transaction(s) {how}" for how, n in report["transactions"].items() if n]
+    click.echo("recovered: " + (", ".join(done) if done else "nothing to do"))
+    for error in report["errors"]:
+        click.echo(f"could not fix: {error}")
 
 
 @main.command()
@@ -1153,14 +1274,22 @@ def purge(ctx, queue, states, yes) -> None:
     from . import layout
     from .lifecycle import Move
 
+    from .operations import record_removed
+
     box = layout.queue_box(ctx.obj["root"], _known_queue(ctx, queue, create=False))
     if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("purge deletes messages: confirm with --yes (standard input is not a terminal)")
         click.confirm(f"delete every message of {queue} in {', '.join(states)}?", abort=True)
     removed = 0
+    per_state: dict[str, int] = {}
     for d in states:
         st = State(d)
         for name in box.list(st):
-            removed += box.move(Move.PURGE, st, name)
+            if box.move(Move.PURGE, st, name):
+                removed += 1
+                per_state[d] = per_state.get(d, 0) + 1
+    record_removed(ctx.obj["root"], queue, per_state)
     click.echo(f"purged {removed} messages from {queue}")
 
 
@@ -1210,7 +1339,7 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
         or list(layout.all_dropboxes(root))
     total = PruneResult()
     for name, box in boxes:
-        done = prune_box(box, states, older_than, dry_run)
+        done = prune_box(box, states, older_than, dry_run, root=root)
         if done.matched:
             verb = "would delete" if dry_run else "deleted"
             click.echo(f"{name}: {verb} {done.matched if dry_run else done.removed} "
