@@ -66,7 +66,7 @@ def test_exec_handler_that_always_fails_backs_off_then_dead_letters(tmp_path: Pa
     result = shell('dropboxmq receive q -n 0 --redelivery-delay 0.002 '
                    '--exec "date +%s.%N >> $LOG; cat > /dev/null; exit 1"', root, LOG=str(log))
     assert result.returncode == 1, result.stderr
-    assert "1 message(s) not handled" in result.stderr.splitlines()[-1]
+    assert "dead-lettered to error/" in result.stderr.splitlines()[-1]
     times = [float(t) for t in log.read_text().split()]
     assert len(times) == 10  # max_delivery_attempts, then error/
     gaps = [b - a for a, b in itertools.pairwise(times)]

@@ -745,6 +745,7 @@ def _handle_each(ctx, run: _ConsumeRun, make_handler) -> None:
 
     done = 0
     failing: set[str] = set()  # ids whose last try failed
+    dead: list[str] = []  # ids that failed on their last delivery: dead letters
     killed: list[str] = []  # ids whose handler outlasted the grace
     stop = StopSignals(run.grace)
     runner = HandlerRunner(stop)
@@ -780,18 +781,23 @@ def _handle_each(ctx, run: _ConsumeRun, make_handler) -> None:
                     failing.discard(msg.message_id)
                     done += 1
                     activity.advance()
+                elif msg.delivery_count >= conn.settings.max_delivery_attempts:
+                    session.recover()  # without a delay: the next claim dead-letters it at once
+                    dead.append(msg.message_id)
+                    failing.discard(msg.message_id)
                 else:
-                    # the last delivery goes back without a delay: the next claim dead-letters it at once
-                    session.recover(back_off=msg.delivery_count < conn.settings.max_delivery_attempts)
+                    session.recover(back_off=True)
                     failing.add(msg.message_id)
     finally:
         runner.close()
     if killed:
         _fail(f"--exec for {killed[0]} outlasted --grace {run.grace:g} s: killed; the message is back in the "
               "queue, redelivered")
+    if dead:
+        _fail(f"dead-lettered to error/ after their last delivery: {', '.join(dead)} (see 'dropboxmq browse "
+              f"{run.nothing.split()[-1]} --state error', 'dropboxmq redrive')")
     if failing and not stop.requested:
-        _fail(f"{len(failing)} message(s) not handled: back in the queue for a later run, or in error/ "
-              "after their last delivery")
+        _fail(f"{len(failing)} message(s) not handled, back in the queue for a later run: {', '.join(sorted(failing))}")
     if done == 0 and run.count != 0 and not stop.requested:
         err_console.print(Text(run.nothing), soft_wrap=True)
         sys.exit(3)
@@ -1278,9 +1284,15 @@ def purge(ctx, queue, states, yes) -> None:
 
     box = layout.queue_box(ctx.obj["root"], _known_queue(ctx, queue, create=False))
     if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError("purge deletes messages: confirm with --yes (standard input is not a terminal)")
-        click.confirm(f"delete every message of {queue} in {', '.join(states)}?", abort=True)
+        question = f"delete every message of {queue} in {', '.join(states)}?"
+        if sys.stdin.isatty():
+            click.confirm(question, abort=True)
+        else:  # a script: an answer on standard input, or --yes; no prompt left hanging
+            answer = sys.stdin.readline()
+            if not answer:
+                raise click.UsageError("purge deletes messages: confirm with --yes (no answer on standard input)")
+            if answer.strip().lower() not in ("y", "yes"):
+                _fail(f"not confirmed ({answer.strip()!r}): nothing purged")
     removed = 0
     per_state: dict[str, int] = {}
     for d in states:
