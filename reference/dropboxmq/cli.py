@@ -167,6 +167,8 @@ def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) ->
       dropboxmq send orders 'hello'                  send text (or: --file blob.gz, a BytesMessage)
       dropboxmq receive orders --body > out.bin      the body, raw
       dropboxmq receive orders -n 0 --exec ./handle  one run per message, ack on exit 0
+      dropboxmq receive orders --follow --exec ./handle   a worker; SIGTERM/Ctrl-C stop it cleanly
+      dropboxmq browse orders --state error          dead letters; 'dropboxmq redrive orders' sends them back
       dropboxmq stat --watch                         depth, oldest age, error/ growth
       dropboxmq prune --older-than 7d                retention of processed/ and expired/
     """

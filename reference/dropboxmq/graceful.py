@@ -100,8 +100,10 @@ class HandlerRunner:
 
     def _watch(self, line: str) -> None:
         if self._watchdog is None:
+            # its own session: a terminal's Ctrl-C must not end it; no inherited output pipes to hold open
             self._watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG_SOURCE], stdin=subprocess.PIPE,
-                                              stdout=subprocess.DEVNULL, start_new_session=True)
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True)
         assert self._watchdog.stdin is not None
         self._watchdog.stdin.write(line.encode() + b"\n")
         self._watchdog.stdin.flush()
