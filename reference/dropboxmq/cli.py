@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import stat as stat_module
-import subprocess
 import sys
 import time
 from dataclasses import dataclass

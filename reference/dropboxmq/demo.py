@@ -49,7 +49,8 @@ def _consume(root: str, queue: str, index: int, producers_done, results) -> None
         while True:
             msg = consumer.receive(0.2)
             if msg is not None:
-                got.append((msg.get_property("run"), msg.get_property("producer"), msg.get_property("seq")))
+                run, producer, seq = (int(msg.get_property(name, -1)) for name in ("run", "producer", "seq"))
+                got.append((run, producer, seq))
             elif producers_done.is_set():
                 if consumer.receive(0.3) is None:  # one last look after the producers finished
                     break
