@@ -19,7 +19,7 @@ system-deps:        ## Debian packages (root); skipped when all are present
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile   # a changed install recipe (the path entry below) re-runs it
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
