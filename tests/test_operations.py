@@ -228,6 +228,9 @@ def test_subscribe_has_exec_and_max_deliveries(tmp_path: Path, root: Path) -> No
     assert out.read_text() == "goal"
     ok(root, "publish", "news", "bytes")
     assert ok(root, "subscribe", "news", "--shared", "--durable", "board", "--body").stdout == "bytes"
+    ok(root, "publish", "news", "to a file")
+    written = ok(root, "subscribe", "news", "--shared", "--durable", "board", "--output-dir", str(tmp_path / "in"))
+    assert Path(written.stdout.strip()).read_text() == "to a file"
 
 
 # ---------------------------------------------------------------- the library refuses what the CLI refuses
