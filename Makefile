@@ -19,10 +19,13 @@ system-deps:        ## Debian packages (root); skipped when all are present
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile   # a changed install recipe (the path entry below) re-runs it
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# The editable install's import hook is invisible to mypy (PEP 561) and to Spark's data-source
+	# discovery (pkgutil): a plain path entry for reference/ makes user code type-check and Spark find it.
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "dropboxmq-reference.pth").write_text(str(pathlib.Path("reference").resolve()) + "\n")'
 	touch $@
 
 REPORTS := reports

@@ -19,8 +19,10 @@ FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A fresh dropbox root per test."""
-    return tmp_path / "root"
+    """A fresh, existing dropbox root per test (the library no longer creates a missing root)."""
+    path = tmp_path / "root"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def main(root: Path) -> dict:
         return result
 
     def drain_queue() -> None:
-        with Connection(root, client_id="fuzz", settings=FAST) as conn:
+        with Connection(root, client_id="fuzz", settings=FAST, create=True) as conn:
             tx = conn.create_session(transacted=True)
             consumer = tx.create_consumer(Queue("q"))
             while (m := consumer.receive(timeout=0)) is not None:
@@ -59,19 +59,19 @@ def main(root: Path) -> dict:
             client.acknowledge()
 
     def drain_subscription() -> None:
-        with Connection(root, client_id="c", settings=FAST) as conn:
+        with Connection(root, client_id="c", settings=FAST, create=True) as conn:
             consumer = conn.create_session().create_durable_consumer(Topic("t"), "s")
             while (m := consumer.receive(timeout=0)) is not None:
                 report["received"].append(m.message_id)
 
     def publish() -> None:
-        with Connection(root, settings=FAST) as conn:
+        with Connection(root, settings=FAST, create=True) as conn:
             msg = TextMessage(body=b"published by the worker")
             conn.create_session().create_producer(Topic("t")).send(msg)
             report["published"].append(msg.message_id)
 
     def browse_api() -> None:
-        with Connection(root, settings=FAST) as conn:
+        with Connection(root, settings=FAST, create=True) as conn:
             for name in ("q", "h"):
                 list(conn.create_session().create_browser(Queue(name)))
 

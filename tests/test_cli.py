@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -187,7 +188,7 @@ def test_send_body_from_file_and_stdin(tmp_path: Path) -> None:
     *texts, last = receive_json(root, "q", "-n", "0")
     assert [m["text"] for m in texts] == ["from a file\nline two\n", "from stdin", "from stdin via -"]
     assert [m["class"] for m in texts] == ["T", "T", "T"]
-    assert last["class"] == "B" and bytes.fromhex(last["body_hex"]) == body.read_bytes()
+    assert last["class"] == "B" and base64.b64decode(last["body_base64"]) == body.read_bytes()
 
 
 def test_send_bytes(tmp_path: Path) -> None:
@@ -197,8 +198,8 @@ def test_send_bytes(tmp_path: Path) -> None:
     ok(root, "send", "q", "--create", "--bytes", "--file", str(tmp_path / "blob"))
     ok(root, "send", "q", "--create", "--bytes", input=b"\xff\x00\xfe")
     first, second = receive_json(root, "q", "-n", "2")
-    assert first["class"] == "B" and bytes.fromhex(first["body_hex"]) == raw
-    assert bytes.fromhex(second["body_hex"]) == b"\xff\x00\xfe"
+    assert first["class"] == "B" and base64.b64decode(first["body_base64"]) == raw
+    assert base64.b64decode(second["body_base64"]) == b"\xff\x00\xfe"
     assert "text" not in first
 
 
@@ -326,7 +327,7 @@ def test_stat_table_and_json(tmp_path: Path) -> None:
     ok(root, "init", "empty")
     ok(root, "send", "busy", "--create", "x", "-n", "3")
     ok(root, "receive", "busy")
-    stats = json.loads(ok(root, "stat", "--json").stdout)
+    stats = json.loads(ok(root, "stat", "--json").stdout)["destinations"]
     assert stats["busy"]["oldest_age_seconds"] >= 0
     assert stats == {
         "busy": {"working": 0, "target": 2, "processing": 0, "processed": 1, "expired": 0, "error": 0,
@@ -347,11 +348,11 @@ def test_recover_prints_a_json_report(tmp_path: Path) -> None:
     target = root / "q" / "incoming" / "target"
     [name] = os.listdir(target)
     os.rename(target / name, root / "q" / "incoming" / "processing" / name)
-    report = json.loads(ok(root, "recover").stdout)
+    report = json.loads(ok(root, "recover", "--json").stdout)
     for key in ("transactions", "redelivered", "orphans_quarantined", "orphans_discarded", "expired", "errors"):
         assert key in report
     assert report["errors"] == []
-    report = json.loads(ok(root, "recover", "--assume-unknown-dead").stdout)
+    report = json.loads(ok(root, "recover", "--json", "--assume-unknown-dead").stdout)
     assert report["redelivered"] == 1
     assert counts(root, "q")["target"] == 1
 
@@ -365,7 +366,7 @@ def test_recover_stamps_the_count_on_a_foreign_claim(tmp_path: Path, before: str
     box = root / "q" / "incoming"
     name = "4.1795374855431000-0224311695.T" + before
     (box / "processing" / f"1795374856322000-0244942240~{name}").write_bytes(b"x")
-    report = json.loads(ok(root, "recover", "--assume-unknown-dead").stdout)
+    report = json.loads(ok(root, "recover", "--json", "--assume-unknown-dead").stdout)
     assert report["redelivered"] == 1
     [back] = os.listdir(box / "target")
     msg = codec.decode_name(back)
@@ -382,7 +383,7 @@ def test_recover_keeps_the_count_our_claim_stamped(tmp_path: Path) -> None:
     box = root / "q" / "incoming"
     claimed = "dead-1~" + codec.with_delivery_count("4.1795374855431000-0224311695.T", 1)
     (box / "processing" / claimed).write_bytes(b"x")
-    report = json.loads(ok(root, "recover").stdout)
+    report = json.loads(ok(root, "recover", "--json").stdout)
     assert report["redelivered"] == 1
     [back] = os.listdir(box / "target")
     assert codec.decode_name(back).delivery_count == 2
@@ -394,7 +395,7 @@ def test_recover_quarantines_orphans(tmp_path: Path) -> None:
     orphan = root / "q" / "incoming" / "working" / "ID:1000000000000000-0000000001"
     orphan.write_bytes(b"half")
     os.utime(orphan, (1, 1))
-    report = json.loads(ok(root, "recover", "--orphan-age", "1").stdout)
+    report = json.loads(ok(root, "recover", "--json", "--orphan-age", "1").stdout)
     assert report["orphans_quarantined"] == 1
     assert counts(root, "q")["error"] == 1
 
@@ -468,7 +469,7 @@ def test_body_not_utf8_with_text(tmp_path: Path) -> None:
     assert counts(root, "q")["target"] == 0
     ok(root, "send", "q", "--create", input=b"\xff\xfe raw")  # not UTF-8 and no --text: a BytesMessage
     [m] = receive_json(root, "q")
-    assert m["class"] == "B" and bytes.fromhex(m["body_hex"]) == b"\xff\xfe raw"
+    assert m["class"] == "B" and base64.b64decode(m["body_base64"]) == b"\xff\xfe raw"
 
 
 def test_body_and_file_together(tmp_path: Path) -> None:

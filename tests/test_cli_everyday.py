@@ -66,7 +66,7 @@ def test_exec_handler_that_always_fails_backs_off_then_dead_letters(tmp_path: Pa
     result = shell('dropboxmq receive q -n 0 --redelivery-delay 0.002 '
                    '--exec "date +%s.%N >> $LOG; cat > /dev/null; exit 1"', root, LOG=str(log))
     assert result.returncode == 1, result.stderr
-    assert "1 message(s) not handled" in result.stderr.splitlines()[-1]
+    assert "dead-lettered to error/" in result.stderr.splitlines()[-1]
     times = [float(t) for t in log.read_text().split()]
     assert len(times) == 10  # max_delivery_attempts, then error/
     gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -308,7 +308,7 @@ def test_prune_beside_running_consumers_loses_nothing(tmp_path: Path) -> None:
     ok(root, "init", "q")
     from dropboxmq import Connection, Queue
 
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         ids = {m.message_id for m in conn.create_session().create_producer(Queue("q")).send_many(
             [dropboxmq_text(i) for i in range(400)])}
     outputs = [tmp_path / f"consumer-{i}.jsonl" for i in range(2)]
@@ -337,7 +337,7 @@ def dropboxmq_text(i: int):
 def test_consumers_apply_a_retention_setting(tmp_path: Path) -> None:
     from dropboxmq import Connection, Queue, Settings
 
-    with Connection(tmp_path, settings=Settings(retention=0, recovery_interval=0)) as conn:
+    with Connection(tmp_path, settings=Settings(retention=0, recovery_interval=0), create=True) as conn:
         session = conn.create_session()
         session.create_producer().send_many([dropboxmq_text(i) for i in range(3)], Queue("q"))
         consumer = session.create_consumer(Queue("q"))
@@ -345,7 +345,7 @@ def test_consumers_apply_a_retention_setting(tmp_path: Path) -> None:
         assert counts(tmp_path, "q")["processed"] >= 1
         assert consumer.receive(0) is None  # the consumer's housekeeping pass prunes processed/
     assert counts(tmp_path, "q")["processed"] == 0
-    with Connection(tmp_path / "keep") as conn:  # the default keeps everything
+    with Connection(tmp_path / "keep", create=True) as conn:  # the default keeps everything
         session = conn.create_session()
         session.create_producer().send(Queue("q"), "x")
         consumer = session.create_consumer(Queue("q"))

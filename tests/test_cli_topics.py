@@ -35,22 +35,24 @@ def test_durable_subscription_keeps_messages_published_while_away(tmp_path):
 
 def test_subscribe_selector_filters_at_publish_time(tmp_path):
     root = tmp_path / "r"
+    ok(root, "init")  # subscribing needs an existing root
     ok(root, "subscribe", "t", "--shared", "--durable", "w", "--selector", "team = 'red'", "-n", "0")
     for team in ("red", "blue", "red"):
         ok(root, "publish", "t", team, "--property", f"team={team}")
     stat = json.loads(ok(root, "stat", "--json").stdout)
-    (name,) = [k for k in stat if k.startswith("topic:t!")]
-    assert stat[name]["target"] == 2  # blue was never written into the subscription
+    (name,) = [k for k in stat["destinations"] if k.startswith("topic:t!")]
+    assert stat["destinations"][name]["target"] == 2  # blue was never written into the subscription
     got = subscribe_json(root, "t", "--shared", "--durable", "w", "--selector", "team = 'red'", "-n", "0")
     assert [m["text"] for m in got] == ["red", "red"]
 
 
 def test_unsubscribe_removes_subscription_and_unknown_name_is_one_line_error(tmp_path):
     root = tmp_path / "r"
+    ok(root, "init")  # subscribing needs an existing root
     ok(root, "subscribe", "t", "--durable", "s", "--client-id", "c", "-n", "0")
     ok(root, "publish", "t", "pending")
     ok(root, "unsubscribe", "s", "--client-id", "c")
-    assert not any(k.startswith("topic:t!") for k in json.loads(ok(root, "stat", "--json").stdout))
+    assert not any(k.startswith("topic:t!") for k in json.loads(ok(root, "stat", "--json").stdout)["destinations"])
     assert_one_line_error(run(root, "unsubscribe", "s", "--client-id", "c"), "no durable subscription", code=1)
 
 
@@ -74,6 +76,7 @@ def test_publish_bad_topic_name_is_one_line_error(tmp_path):
 
 def test_distribute_fans_out_foreign_drops(tmp_path):
     root = tmp_path / "r"
+    ok(root, "init")  # subscribing needs an existing root
     ok(root, "subscribe", "t", "--durable", "s", "--client-id", "c", "-n", "0")
     incoming = root / "topic-root" / "t" / ".incoming"
     for d in ("working", "target", "processing", "processed", "expired", "error"):

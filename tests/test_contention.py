@@ -17,7 +17,7 @@ SETTINGS = Settings(poll_interval=0.005, scan_interval=0.05, recovery_interval=5
 def _consume(root: str, index: int, out: str, start, producers_done) -> None:
     """Child: receive (AUTO ack) until target/ stays empty; write the ids it got."""
     ids = []
-    with Connection(root, f"consumer-{index}", SETTINGS) as c:
+    with Connection(root, f"consumer-{index}", SETTINGS, create=True) as c:
         cons = c.create_session(ack_mode=AUTO_ACKNOWLEDGE).create_consumer(Q)
         start.wait()
         while True:
@@ -32,7 +32,7 @@ def _consume(root: str, index: int, out: str, start, producers_done) -> None:
 
 
 def _produce(root: str, index: int, n: int, out: str, start) -> None:
-    with Connection(root, f"producer-{index}", SETTINGS) as c:
+    with Connection(root, f"producer-{index}", SETTINGS, create=True) as c:
         p = c.create_session().create_producer(Q)
         start.wait()
         ids = [p.send(TextMessage(body=f"{index}:{i}".encode())).message_id for i in range(n)]
@@ -67,7 +67,7 @@ def _join(procs, timeout=120):
 @pytest.mark.slow
 def test_four_consumers_10000_messages_each_processed_once(root, tmp_path):
     total = 10_000
-    with Connection(root, "producer", SETTINGS) as c:
+    with Connection(root, "producer", SETTINGS, create=True) as c:
         sent = c.create_session().create_producer(Q).send_many(
             [TextMessage(body=str(i).encode()) for i in range(total)],
             delivery_mode=DeliveryMode.NON_PERSISTENT)

@@ -100,7 +100,7 @@ def build(base: Path) -> tuple[Path, Path, set[str]]:
         (outside / "incoming" / s / "c~victim").write_bytes(b"outside " + s.encode())
     (outside / "secret").write_bytes(b"do not touch")
     valid: set[str] = set()
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         session = conn.create_session()
         session.create_durable_consumer(Topic("t"), "s").close()
         for dest in (Queue("q"), Queue("q"), Queue("q"), Topic("t"), Topic("t")):

@@ -74,7 +74,7 @@ def _run(target, *args):
 def _stalled_producer(root: str, stalled, go) -> None:
     _stall_at_send(stalled, go)
     try:
-        with Connection(root, "producer") as c:
+        with Connection(root, "producer", create=True) as c:
             c.create_session().create_producer(Q).send(TextMessage(body=b"stalled"))
     except StoreError:
         os._exit(7)
@@ -85,7 +85,7 @@ def _stalled_producer(root: str, stalled, go) -> None:
 def _producer_stalled_at_send(root: Path):
     """A producer process whose send has created its file in working/ and waits before the
     SEND until the block ends; yields the child (joined, with its exit code, afterwards)."""
-    Connection(root, "setup").close()
+    Connection(root, "setup", create=True).close()
     ctx = fork_context()
     stalled, go = ctx.Event(), ctx.Event()
     child = _run(_stalled_producer, str(root), stalled, go)
@@ -118,7 +118,7 @@ def test_a_send_whose_file_was_taken_from_working_raises(root):
 
 
 def _transacted_sender(root: str, go, sent, commit) -> None:
-    with Connection(root, "tx-producer") as c:
+    with Connection(root, "tx-producer", create=True) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
         go.wait()
@@ -132,7 +132,7 @@ def _transacted_sender(root: str, go, sent, commit) -> None:
 def test_orphan_sweep_reads_the_logs_after_listing_working(root, monkeypatch):
     """A transacted send logged and created while recover runs (after it looked at the logs,
     before it lists working/) is not an orphan: its commit must deliver it."""
-    Connection(root, "setup").close()
+    Connection(root, "setup", create=True).close()
     layout.queue_box(root, Q).ensure()
     ctx = fork_context()
     go, sent, commit = ctx.Event(), ctx.Event(), ctx.Event()
@@ -161,13 +161,13 @@ def test_orphan_sweep_reads_the_logs_after_listing_working(root, monkeypatch):
 @pytest.mark.parametrize("name", ["4.1140429201295000-0000000001.T",
                                   "4.1140429201295000-0000000002.T.....JMSXDeliveryCountI=3"])
 def test_distributed_copies_are_first_deliveries(root, name):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         for sub in ("a", "b"):
             conn.create_session().create_durable_consumer(Topic("t"), sub).close()
     incoming = layout.topic_incoming(root, Topic("t")).ensure()
     Path(incoming.file(State.NEW, name)).write_bytes(b"dropped")
     assert distribute(root) == 1
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         for sub in ("a", "b"):
             m = s.create_durable_consumer(Topic("t"), sub).receive(WAIT)
@@ -180,7 +180,7 @@ def test_distributed_copies_are_first_deliveries(root, name):
 
 
 def _claim_and_hold(root: str, held) -> None:
-    with Connection(root, "holder") as c:
+    with Connection(root, "holder", create=True) as c:
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         assert s.create_consumer(Q).receive(WAIT) is not None
         held.set()
@@ -192,7 +192,7 @@ def test_hard_links_in_target_are_two_messages_not_an_interrupted_rename(root):
     first, second = "4.1140429201295000-0000000001.T", "4.1140429201295000-0000000002.T"
     Path(box.file(State.NEW, first)).write_bytes(b"linked")
     os.link(box.file(State.NEW, first), box.file(State.NEW, second))
-    with Connection(root, "acker", FAST) as c:
+    with Connection(root, "acker", FAST, create=True) as c:
         assert c.create_session().create_consumer(Q).receive(WAIT).message_id == "ID:1140429201295000-0000000001"
     held = fork_context().Event()
     child = _run(_claim_and_hold, str(root), held)
@@ -200,7 +200,7 @@ def test_hard_links_in_target_are_two_messages_not_an_interrupted_rename(root):
     os.kill(child.pid, signal.SIGKILL)
     child.join(LIMIT)
     assert recovery.recover(root).redelivered == 1
-    with Connection(root, "after", FAST) as c:
+    with Connection(root, "after", FAST, create=True) as c:
         m = c.create_session().create_consumer(Q).receive(WAIT)
     assert m is not None and m.message_id == "ID:1140429201295000-0000000002" and m.redelivered
 
@@ -221,7 +221,7 @@ def _hold_one_of_sub(conn: Connection, **session_kind):
 
 
 def test_unsubscribe_with_unacknowledged_client_messages_is_refused(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = _hold_one_of_sub(conn, ack_mode=CLIENT_ACKNOWLEDGE)
         with pytest.raises(IllegalStateError, match="not acknowledged"):
             conn.create_session().unsubscribe("sub")
@@ -233,7 +233,7 @@ def test_acknowledge_survives_a_subscription_removed_by_another_connection(root)
     """A shared durable subscription (no client id) removed by another connection while this
     session holds an unacked message of it: acknowledge() still acks the session's other
     messages (it raised on every call)."""
-    with Connection(root) as a, Connection(root) as b:
+    with Connection(root, create=True) as a, Connection(root, create=True) as b:
         s = a.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         sub = s.create_shared_durable_consumer(Topic("t"), "shared")
         b.create_session().create_producer(Topic("t")).send(TextMessage(body=b"topic"))
@@ -248,7 +248,7 @@ def test_acknowledge_survives_a_subscription_removed_by_another_connection(root)
 
 
 def test_recreating_a_durable_subscription_keeps_an_uncommitted_receive(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         tx = _hold_one_of_sub(conn, transacted=True)
         for topic, selector in ((Topic("t"), "x = 1"), (Topic("other"), None)):
             with pytest.raises(IllegalStateError, match="not acknowledged or committed"):
@@ -263,7 +263,7 @@ def test_recreating_a_durable_subscription_keeps_an_uncommitted_receive(root):
 
 
 def _publisher_dies_mid_commit(root: str, dest) -> None:
-    with Connection(root, "publisher") as c:
+    with Connection(root, "publisher", create=True) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(dest)
         for body in (b"one", b"two"):
@@ -284,7 +284,7 @@ def test_reconnecting_publisher_finishes_its_predecessors_commit(root):
     layout.queue_box(root, Q).ensure()
     _kill_publisher_mid_commit(root, Q)
     assert len(ls(root, "Q1", "target")) == 1  # a partial commit
-    with Connection(root, "publisher", FAST):
+    with Connection(root, "publisher", FAST, create=True):
         assert len(ls(root, "Q1", "target")) == 2  # finished as it connected
         recovery.recover(root)  # while it is connected too: nothing is left over
         assert os.listdir(transaction.transaction_dir(root) / "committing") == []
@@ -293,11 +293,11 @@ def test_reconnecting_publisher_finishes_its_predecessors_commit(root):
 
 def test_consumers_finish_a_dead_publishers_partial_fan_out(root):
     """No `recover`: the consumers of the subscriptions finish the committed transaction."""
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         for sub in ("a", "b"):
             conn.create_session().create_durable_consumer(Topic("t"), sub).close()
     _kill_publisher_mid_commit(root, Topic("t"))
-    with Connection(root, "c1", FAST) as conn:
+    with Connection(root, "c1", FAST, create=True) as conn:
         s = conn.create_session()
         for sub in ("a", "b"):
             c = s.create_durable_consumer(Topic("t"), sub)
@@ -310,14 +310,14 @@ def test_consumers_finish_a_dead_publishers_partial_fan_out(root):
 
 
 def test_send_to_a_closed_temporary_queue_is_an_invalid_destination(root):
-    with Connection(root) as sender:
+    with Connection(root, create=True) as sender:
         p = sender.create_session().create_producer()
-        with Connection(root) as owner:
+        with Connection(root, create=True) as owner:
             temp = owner.create_session().create_temporary_queue()
             p.send(TextMessage(body=b"while open"), temp)
         with pytest.raises(InvalidDestinationError, match="does not exist"):
             p.send(TextMessage(body=b"after close"), temp)
-    with Connection(root) as late:  # one that never sent there before
+    with Connection(root, create=True) as late:  # one that never sent there before
         with pytest.raises(InvalidDestinationError, match="does not exist"):
             late.create_session().create_producer(temp).send(TextMessage(body=b"after close"))
     assert not (Path(root) / temp.name).exists()
@@ -329,7 +329,7 @@ def test_send_to_a_closed_temporary_queue_is_an_invalid_destination(root):
 def test_transacted_send_failing_past_the_point_of_no_return_is_in_doubt(root):
     box = layout.queue_box(root, Q).ensure()
     target = Path(box.dir(State.NEW))
-    with Connection(root, "tx") as c:
+    with Connection(root, "tx", create=True) as c:
         s = c.create_session(transacted=True)
         s.create_producer(Q).send(TextMessage(body=b"committed"))
         target.rmdir()
@@ -340,5 +340,5 @@ def test_transacted_send_failing_past_the_point_of_no_return_is_in_doubt(root):
         target.mkdir()
     # closing retried it; failing that, recovery would have (the log says committed)
     assert os.listdir(transaction.transaction_dir(root) / "committing") == []
-    with Connection(root, "reader", FAST) as c:
+    with Connection(root, "reader", FAST, create=True) as c:
         assert c.create_session().create_consumer(Q).receive(WAIT).body == b"committed"

@@ -39,7 +39,7 @@ def run_bounded(code: str) -> subprocess.CompletedProcess:
 
 
 def send(root: Path, queue: str, body: bytes = b"x", n: int = 1) -> None:
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         producer = conn.create_session().create_producer(Queue(queue))
         for _ in range(n):
             producer.send(TextMessage(body=body))
@@ -66,7 +66,7 @@ def test_1_a_short_read_before_the_size_is_not_the_end(root, monkeypatch):
     send(root, "q", body)
     real_read = os.read
     monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 4096)))
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         got = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
     assert got is not None and got.body == body
 
@@ -88,7 +88,7 @@ def test_2_fifo_as_a_dead_owners_transaction_log_does_not_hang_recover(root):
 
 
 def test_2_fifo_as_a_live_owners_transaction_log_does_not_hang_recover(root):
-    with Connection(root, client_id="alive", settings=FAST):
+    with Connection(root, client_id="alive", settings=FAST, create=True):
         os.mkfifo(root / "dropboxmq" / "transaction" / "associated" / "alive~s1~1")
         done = run_bounded(f"""
             from dropboxmq.recovery import recover
@@ -105,7 +105,7 @@ def test_2_fifo_as_a_registration_does_not_hang_receive(root):
     done = run_bounded(f"""
         from dropboxmq.message import Queue
         from dropboxmq.session import Connection
-        with Connection({str(root)!r}) as conn:
+        with Connection({str(root)!r}, create=True) as conn:
             print(conn.create_session().create_consumer(Queue("q")).receive(timeout=1).body)
     """)
     assert done.returncode == 0, done.stderr
@@ -114,7 +114,7 @@ def test_2_fifo_as_a_registration_does_not_hang_receive(root):
 
 
 def test_2_fifo_as_a_subscription_file_does_not_hang_publish(root):
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         session = conn.create_session()
         good = session.create_durable_consumer(Topic("t"), "good")
         session.create_durable_consumer(Topic("t"), "bad").close()
@@ -125,7 +125,7 @@ def test_2_fifo_as_a_subscription_file_does_not_hang_publish(root):
     done = run_bounded(f"""
         from dropboxmq.message import Topic, TextMessage
         from dropboxmq.session import Connection
-        with Connection({str(root)!r}) as conn:
+        with Connection({str(root)!r}, create=True) as conn:
             conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"news"))
     """)
     assert done.returncode == 0, done.stderr
@@ -139,7 +139,7 @@ def test_2_fifo_as_a_subscription_file_does_not_hang_publish(root):
 @pytest.mark.parametrize("content", ["[1, 2]", '{"kind": 5}', '"durable"', "{", ""])
 def test_3_malformed_subscription_file_breaks_neither_publish_nor_recover(root, content):
     send(root, "q")
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         session = conn.create_session()
         session.create_durable_consumer(Topic("t"), "good").close()
         session.create_durable_consumer(Topic("t"), "bad").close()
@@ -147,7 +147,7 @@ def test_3_malformed_subscription_file_breaks_neither_publish_nor_recover(root, 
     (subs / "bad.c" / ".subscription").write_text(content)
     dead_client(root, "ghost")
     (root / "q" / "incoming" / "processing" / "ghost~4.ID%3Ay.y").write_bytes(b"y")
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"news"))
     assert len(os.listdir(subs / "good.c" / "target")) == 1
     report = recover(root)
@@ -194,7 +194,7 @@ def test_5_a_bare_claim_with_a_tilde_is_not_another_owners(root):
     name = "ghost~" + "x" * 249  # 255 bytes
     Dropbox(root / "q" / "incoming").ensure()
     (root / "q" / "incoming" / "target" / name).write_bytes(b"foreign")
-    with Connection(root, client_id="live", settings=FAST) as conn:
+    with Connection(root, client_id="live", settings=FAST, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         got = session.create_consumer(Queue("q")).receive(timeout=5)
         assert got is not None and got.body == b"foreign"
@@ -211,7 +211,7 @@ def test_5_a_recovered_bare_claim_keeps_its_name(root):
     Dropbox(root / "q" / "incoming").ensure()
     name = "ghost~" + "x" * 249  # 255 bytes
     (root / "q" / "incoming" / "target" / name).write_bytes(b"foreign")
-    with Connection(root, client_id="live", settings=FAST) as conn:
+    with Connection(root, client_id="live", settings=FAST, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         assert session.create_consumer(Queue("q")).receive(timeout=5) is not None
         session.recover()
@@ -244,7 +244,7 @@ def test_8_a_254_byte_multibyte_name_dropped_twice_is_acked_twice(root):
     name = "4." + "é" * 126  # 254 bytes, 128 characters
     assert len(name.encode()) == 254
     box = Dropbox(root / "q" / "incoming").ensure()
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue("q"))
         for body in (b"one", b"two"):
             (box.path / "target" / name).write_bytes(body)
@@ -272,7 +272,7 @@ def test_11_non_utf8_name_in_a_transacted_receive(root):
     raw = b"4.ID%3Aforeign.caf\xe9"
     with open(os.path.join(os.fsencode(box.path / "target"), raw), "wb") as f:
         f.write(b"bytes")
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         tx = conn.create_session(transacted=True)
         got = tx.create_consumer(Queue("q")).receive(timeout=5)
         assert got is not None and got.body == b"bytes"
@@ -285,7 +285,7 @@ def test_11_non_utf8_name_in_a_transacted_receive(root):
 def test_11_distribute_fans_out_a_non_utf8_name(root):
     from dropboxmq.distributor import distribute
 
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "s").close()
     incoming = Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
     with open(os.path.join(os.fsencode(incoming.path / "target"), b"4.ID%3Af.\xff"), "wb") as f:
@@ -310,12 +310,12 @@ def test_also_bad_destination_names_raise_a_documented_error(make):
 def test_also_undecodable_bytes_are_a_valid_name(root):
     send(root, "caf\udce9", b"raw")
     assert os.path.isdir(os.path.join(os.fsencode(root), b"caf\xe9", b"incoming"))
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         assert conn.create_session().create_consumer(Queue("caf\udce9")).receive(timeout=5).body == b"raw"
 
 
 def test_also_an_over_long_subscription_name_raises_a_documented_error(root):
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         with pytest.raises(DropboxMQError, match="over the 255-byte limit"):
             conn.create_session().create_shared_durable_consumer(Topic("t"), "x" * 250)
 
@@ -338,7 +338,7 @@ def test_5_a_dead_owners_long_message_name_is_still_reclaimed(root):
     pname = codec.processing_name("ghost", codec.with_delivery_count(name, 1))
     assert pname.startswith("ghost~")
     (root / "q" / "incoming" / "processing" / pname).write_bytes(b"held by the dead")
-    with Connection(root, client_id="a-live-client-with-a-long-id-" + "z" * 30, settings=FAST):
+    with Connection(root, client_id="a-live-client-with-a-long-id-" + "z" * 30, settings=FAST, create=True):
         recover(root)
     assert ls(root, "q", "target") == [codec.with_delivery_count(name, 1)]
 
@@ -359,7 +359,7 @@ def test_fuzz_a_symlinked_log_directory_is_never_followed(tmp_path):
     recover(root, assume_unknown_dead=True)
     assert (outside / "secret").read_bytes() == b"do not touch"
     with pytest.raises(DropboxMQError, match="symlink"):
-        Connection(root)
+        Connection(root, create=True)
 
 
 def test_fuzz_a_hard_linked_registration_never_changes_the_other_file(tmp_path):
@@ -368,7 +368,7 @@ def test_fuzz_a_hard_linked_registration_never_changes_the_other_file(tmp_path):
     outside.mkdir()
     (outside / "secret").write_bytes(b"do not touch")
     os.link(outside / "secret", root / "dropboxmq" / "clients" / "c")
-    with Connection(root, client_id="c", settings=FAST):
+    with Connection(root, client_id="c", settings=FAST, create=True):
         pass
     assert (outside / "secret").read_bytes() == b"do not touch"
 
@@ -381,7 +381,7 @@ def test_fuzz_a_file_where_an_internal_directory_belongs_is_one_clear_error(root
     clients.rmdir()
     clients.write_bytes(b"not a directory")
     with pytest.raises(DropboxMQError, match="not a directory"):
-        Connection(root)
+        Connection(root, create=True)
     (root / "dropboxmq" / "transaction" / "committing").rmdir()
     (root / "dropboxmq" / "transaction" / "committing").write_bytes(b"")
     recover(root)  # finishes: a file where a log directory belongs holds no log
@@ -392,5 +392,5 @@ def test_fuzz_a_log_named_after_no_possible_client_is_left_alone(root):
     name = "4." + "é" * 126 + "x"  # its "owner" encodes to over 255 bytes
     (root / "dropboxmq" / "transaction" / "associated" / name).write_bytes(b"junk")
     recover(root)
-    with Connection(root, settings=FAST) as conn:
+    with Connection(root, settings=FAST, create=True) as conn:
         assert conn.create_session().create_consumer(Queue("q")).receive(timeout=5) is not None

@@ -43,7 +43,7 @@ def test_text_message_takes_str() -> None:
 
 def test_send_plain_bodies_and_receive_them_back(tmp_path: Path) -> None:
     q = Queue("q")
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         session = conn.create_session()
         producer = session.create_producer()
         producer.send(q, "text")
@@ -63,13 +63,13 @@ def test_send_plain_bodies_and_receive_them_back(tmp_path: Path) -> None:
 
 def test_blocking_iteration_with_a_timeout(tmp_path: Path) -> None:
     q = Queue("q")
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         session = conn.create_session()
         producer = session.create_producer(q)
         for i in range(3):
             producer.send(q, f"m{i}")
         consumer = session.create_consumer(q)
-        late = threading.Timer(0.05, lambda: Connection(tmp_path).create_session().create_producer().send(q, "late"))
+        late = threading.Timer(0.05, lambda: Connection(tmp_path, create=True).create_session().create_producer().send(q, "late"))
         late.start()
         started = time.monotonic()
         bodies = [m.text for m in consumer.messages(timeout=2)]  # type: ignore[attr-defined]
@@ -81,14 +81,14 @@ def test_blocking_iteration_with_a_timeout(tmp_path: Path) -> None:
 def test_connection_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DROPBOXMQ_ROOT", str(tmp_path / "env-root"))
     monkeypatch.setenv("DROPBOXMQ_CLIENT_ID", "svc-1")
-    with Connection.from_env() as conn:
+    with Connection.from_env(create=True) as conn:
         assert conn.root == tmp_path / "env-root" and conn.client_id == "svc-1"
         conn.create_session().create_producer().send(Queue("q"), "x")
     assert counts(tmp_path / "env-root", "q")["target"] == 1
 
 
 def test_temporary_destinations_delete(tmp_path: Path) -> None:
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         session = conn.create_session()
         tq = session.create_temporary_queue()
         assert tq == Queue(tq.name) and Queue(tq.name) == tq and hash(tq) == hash(Queue(tq.name))
@@ -107,7 +107,7 @@ def test_send_file_streams_a_file(tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024 + 7)
     (tmp_path / "f").write_bytes(data)
     q = Queue("q")
-    with Connection(tmp_path / "r") as conn, open(tmp_path / "f", "rb") as f:
+    with Connection(tmp_path / "r", create=True) as conn, open(tmp_path / "f", "rb") as f:
         session = conn.create_session()
         sent = session.create_producer().send_file(f, BytesMessage(correlation_id="c"), q, priority=8)
         assert sent.body == b"" and sent.priority == 8 and sent.correlation_id == "c"
@@ -146,14 +146,14 @@ SLACK = 0.002
 
 
 def test_listener_object_with_on_message_is_accepted(tmp_path: Path) -> None:
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         _listen(conn, Recorder(fail=False, stop_after=1))
     assert counts(tmp_path, "q")["processed"] == 1
 
 
 @pytest.mark.parametrize("bad", [object(), 42, "on_message"])
 def test_anything_else_is_refused_as_a_listener(tmp_path: Path, bad) -> None:
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue("q"))
         with pytest.raises(TypeError, match="on_message"):
             consumer.set_message_listener(bad)
@@ -165,7 +165,7 @@ def test_failing_listener_is_retried_with_exponential_backoff_then_dead_lettered
     settings = Settings(max_delivery_attempts=5, redelivery_delay=0.02, redelivery_backoff=2.0,
                         max_redelivery_delay=0.05)
     rec = Recorder(fail=True, stop_after=5)
-    with Connection(tmp_path, settings=settings) as conn:
+    with Connection(tmp_path, settings=settings, create=True) as conn:
         _listen(conn, rec)
         deadline = time.monotonic() + 10
         while counts(tmp_path, "q")["error"] == 0 and time.monotonic() < deadline:
@@ -177,7 +177,7 @@ def test_failing_listener_is_retried_with_exponential_backoff_then_dead_lettered
 
 def test_default_settings_do_not_burn_every_attempt_at_once(tmp_path: Path) -> None:
     rec = Recorder(fail=True, stop_after=3)
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         _listen(conn, rec)
     gaps = [b - a for a, b in itertools.pairwise(rec.times)]
     assert gaps[0] >= 0.1 - SLACK and gaps[1] >= 0.2 - SLACK, gaps
@@ -185,7 +185,7 @@ def test_default_settings_do_not_burn_every_attempt_at_once(tmp_path: Path) -> N
 
 
 def test_recover_in_client_mode_backs_off_too(tmp_path: Path) -> None:
-    with Connection(tmp_path) as conn:
+    with Connection(tmp_path, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         session.create_producer().send(Queue("q"), "x")
         consumer = session.create_consumer(Queue("q"))

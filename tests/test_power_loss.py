@@ -126,7 +126,7 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
 
         store.fsync_dir = transaction.fsync_dir = fsync_dir
 
-    conn = Connection(root, client_id=f"pl{seed}", settings=Settings(poll_interval=0.002, scan_interval=0.0))
+    conn = Connection(root, client_id=f"pl{seed}", settings=Settings(poll_interval=0.002, scan_interval=0.0), create=True)
     plain, tx = conn.create_session(), conn.create_session(transacted=True)
     q = Queue(QUEUE)
     p_plain, p_tx = plain.create_producer(q), tx.create_producer(q)
@@ -361,7 +361,7 @@ def test_client_ack_whose_fsync_fails_does_not_return(tmp_path, monkeypatch):
     from dropboxmq.session import AckMode, Connection, Settings
 
     q = Queue(QUEUE)
-    with Connection(tmp_path / "root", "a", Settings(poll_interval=0.002)) as c:
+    with Connection(tmp_path / "root", "a", Settings(poll_interval=0.002), create=True) as c:
         c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
         s = c.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
         assert s.create_consumer(q).receive(1) is not None

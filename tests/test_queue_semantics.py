@@ -62,7 +62,7 @@ def shift_clock(monkeypatch, seconds: float) -> None:
 
 
 def test_auto_ack_after_receive_returns(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x"])
         assert ls(root, "Q1", "target") and not ls(root, "Q1", "processed")
         cons = c.create_session(ack_mode=AUTO_ACKNOWLEDGE).create_consumer(Q)
@@ -74,7 +74,7 @@ def test_auto_ack_after_receive_returns(root):
 def test_auto_listener_acked_after_on_message_returns(root):
     seen_during: list[tuple[list, list]] = []
     done = threading.Event()
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x"])
         s = c.create_session(ack_mode=AUTO_ACKNOWLEDGE)
 
@@ -94,7 +94,7 @@ def test_auto_listener_acked_after_on_message_returns(root):
 def test_auto_listener_exception_redelivers(root):
     calls: list[tuple[str, bool, int]] = []
     done = threading.Event()
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         [mid] = send_texts(c, ["x"])
         s = c.create_session(ack_mode=AUTO_ACKNOWLEDGE)
 
@@ -112,7 +112,7 @@ def test_auto_listener_exception_redelivers(root):
 
 
 def test_client_acknowledge_on_first_acks_all_consumed(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["1", "2", "3"])
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         cons = s.create_consumer(Q)
@@ -127,7 +127,7 @@ def test_client_acknowledge_on_first_acks_all_consumed(root):
 
 
 def test_client_unacked_are_redelivered_after_session_close(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         [mid] = send_texts(c, ["1"])
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         assert s.create_consumer(Q).receive(WAIT).message_id == mid
@@ -137,7 +137,7 @@ def test_client_unacked_are_redelivered_after_session_close(root):
 
 
 def test_recover_redelivers_all_unacked_oldest_first(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         ids = send_texts(c, ["1", "2", "3"])
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         cons = s.create_consumer(Q)
@@ -157,7 +157,7 @@ def test_recover_redelivers_all_unacked_oldest_first(root):
 
 def test_dups_ok_acks_in_batches_and_at_close(root):
     settings = Settings(poll_interval=0.005, dups_ok_batch=2)
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         send_texts(c, ["1", "2", "3"])
         s = c.create_session(ack_mode=DUPS_OK_ACKNOWLEDGE)
         cons = s.create_consumer(Q)
@@ -172,7 +172,7 @@ def test_dups_ok_acks_in_batches_and_at_close(root):
 
 def test_dups_ok_listener_acks_eventually(root):
     got = threading.Event()
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["1", "2"])
         s = c.create_session(ack_mode=DUPS_OK_ACKNOWLEDGE)
         n = []
@@ -189,7 +189,7 @@ def test_dups_ok_listener_acks_eventually(root):
 
 
 def test_acknowledge_and_recover_illegal_in_transacted_session(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(transacted=True)
         with pytest.raises(IllegalStateError):
             s.acknowledge()
@@ -203,7 +203,7 @@ def test_acknowledge_and_recover_illegal_in_transacted_session(root):
 
 
 def test_transacted_sends_invisible_until_commit(root):
-    with Connection(root, "producer", FAST) as c, Connection(root, "other", FAST) as other:
+    with Connection(root, "producer", FAST, create=True) as c, Connection(root, "other", FAST, create=True) as other:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
         ids = [p.send(TextMessage(body=str(i).encode())).message_id for i in range(3)]
@@ -220,7 +220,7 @@ def test_transacted_sends_invisible_until_commit(root):
 
 
 def test_rollback_discards_sends(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
         for _ in range(3):
@@ -234,7 +234,7 @@ def test_rollback_discards_sends(root):
 
 
 def test_transacted_receive_rollback_redelivers(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         [mid] = send_texts(c, ["x"])
         s = c.create_session(transacted=True)
         cons = s.create_consumer(Q)
@@ -250,7 +250,7 @@ def test_transacted_receive_rollback_redelivers(root):
 
 
 def test_transacted_receive_commit_acks(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x", "y"])
         s = c.create_session(transacted=True)
         cons = s.create_consumer(Q)
@@ -261,7 +261,7 @@ def test_transacted_receive_commit_acks(root):
 
 
 def test_session_close_rolls_back(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         [mid] = send_texts(c, ["received"])
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(WAIT).message_id == mid
@@ -314,7 +314,7 @@ def _crashing_commit(root: str, point: str, ready) -> None:
                 die()
         return ok
 
-    c = Connection(root, "crasher", FAST)
+    c = Connection(root, "crasher", FAST, create=True)
     s = c.create_session(transacted=True)
     assert s.create_consumer(Q).receive(WAIT) is not None
     p = s.create_producer(Q)
@@ -328,7 +328,7 @@ def _crashing_commit(root: str, point: str, ready) -> None:
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_commit_is_crash_atomic(root, point):
-    with Connection(root, "setup", FAST) as c:
+    with Connection(root, "setup", FAST, create=True) as c:
         [m0] = send_texts(c, ["M0"])
     ctx = fork_context()
     ready = ctx.Event()
@@ -343,7 +343,7 @@ def test_commit_is_crash_atomic(root, point):
     tdir = transaction.transaction_dir(root)
     assert all(os.listdir(tdir / d) == [] for d in ("associated", "committing", "rolling-back"))
     assert ls(root, "Q1", "working") == [] and ls(root, "Q1", "processing") == []
-    with Connection(root, "after", FAST) as c:
+    with Connection(root, "after", FAST, create=True) as c:
         got = drain(c.create_session().create_consumer(Q))
     bodies = sorted(m.body for m in got)
     if forward:  # all three sends visible, the receive acknowledged
@@ -355,7 +355,7 @@ def test_commit_is_crash_atomic(root, point):
 
 
 def test_commit_crash_log_in_associated_with_live_owner_is_left_alone(root):
-    with Connection(root, "live", FAST) as c:
+    with Connection(root, "live", FAST, create=True) as c:
         s = c.create_session(transacted=True)
         s.create_producer(Q).send(TextMessage(body=b"pending"))
         report = recovery.recover(root, orphan_age=0)
@@ -369,7 +369,7 @@ def test_commit_crash_log_in_associated_with_live_owner_is_left_alone(root):
 
 
 def test_expired_message_never_delivered_nor_browsed(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["short"], time_to_live=60)
         send_texts(c, ["long"], time_to_live=3600)
         shift_clock(monkeypatch, 120)
@@ -380,7 +380,7 @@ def test_expired_message_never_delivered_nor_browsed(root, monkeypatch):
 
 
 def test_expiry_counts_from_send_time(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         m = s.create_producer(Q).send(TextMessage(body=b"x"), time_to_live=30)
         assert m.expiration == m.timestamp + 30_000
@@ -389,7 +389,7 @@ def test_expiry_counts_from_send_time(root):
 
 
 def test_recovery_sweep_expires(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x"], time_to_live=1)
     shift_clock(monkeypatch, 10)
     assert recovery.recover(root).expired == 1
@@ -397,7 +397,7 @@ def test_recovery_sweep_expires(root, monkeypatch):
 
 
 def test_ttl_zero_never_expires(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         m = c.create_session().create_producer(Q).send(TextMessage(body=b"x"), time_to_live=0)
         assert m.expiration == 0
         shift_clock(monkeypatch, 10 * 365 * 86400)
@@ -406,7 +406,7 @@ def test_ttl_zero_never_expires(root, monkeypatch):
 
 
 def test_delivery_delay_not_delivered_before_its_time(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         s.create_producer(Q).send(TextMessage(body=b"later"), delivery_delay=60)
         send_texts(c, ["now"])
@@ -424,7 +424,7 @@ def test_escaped_or_foreign_headers_still_hold_a_claim_back(root):
     """A consumer without a selector claims plain first deliveries before decoding them; a name
     whose delivery time, expiration or delivery count is there (escaped or not) is decoded first."""
     far = int(time.time() * 1000) + 3_600_000
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         cons = c.create_session().create_consumer(Q)
         target = state_dir(root, "Q1", "target")
         (target / f"4.1140429201295003-3333333333.T.....JMS_DropboxMQ_Delivery%54imeL={far}").write_bytes(b"later")
@@ -458,7 +458,7 @@ def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(ro
     clock = _FakeMonotonic()
     monkeypatch.setattr(session_mod, "time", clock)
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         p = c.create_session().create_producer(Q)
         p.send_many([TextMessage(body=f"low{i}".encode()) for i in range(50)], priority=4,
                     delivery_mode=DeliveryMode.NON_PERSISTENT)
@@ -471,7 +471,7 @@ def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(ro
 
 
 def test_send_many_of_nothing_sends_nothing(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         assert s.create_producer(Q).send_many([]) == []
         assert s.create_producer(Topic("T1")).send_many([]) == []
@@ -485,7 +485,7 @@ def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):
     clock = _FakeMonotonic()  # time stands still: the listing never goes stale
     monkeypatch.setattr(session_mod, "time", clock)
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         c.create_session().create_producer(Q).send_many([TextMessage(body=str(i)) for i in range(2000)],
                                                        delivery_mode=DeliveryMode.NON_PERSISTENT)
         cons = c.create_session().create_consumer(Q)
@@ -498,7 +498,7 @@ def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):
 
 
 def test_priority_order_of_a_backlog(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         order = [3, 9, 0, 4, 9, 7, 4]
         for i, prio in enumerate(order):
@@ -520,7 +520,7 @@ def test_fifo_within_one_priority_in_one_millisecond(root, monkeypatch):
 
     monkeypatch.setattr(ids, "time", Frozen())  # every id is minted "in the same millisecond"
     monkeypatch.setattr(codec, "time", Frozen())
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         sent = p.send_many([TextMessage(body=str(i).encode()) for i in range(1100)],
                            delivery_mode=DeliveryMode.NON_PERSISTENT)
@@ -531,7 +531,7 @@ def test_fifo_within_one_priority_in_one_millisecond(root, monkeypatch):
 
 
 def test_fifo_real_clock_bulk_send(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         sent = p.send_many([TextMessage(body=str(i).encode()) for i in range(1000)],
                            delivery_mode=DeliveryMode.NON_PERSISTENT)
@@ -545,7 +545,7 @@ def test_fifo_real_clock_bulk_send(root):
 
 def test_dead_letter_after_max_delivery_attempts(root):
     settings = Settings(max_delivery_attempts=3, poll_interval=0.005)
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         [mid] = send_texts(c, ["poison"])
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         cons = s.create_consumer(Q)
@@ -565,7 +565,7 @@ def test_dead_letter_after_listener_keeps_failing(root):
     settings = Settings(max_delivery_attempts=3, poll_interval=0.005)
     calls = []
     third = threading.Event()
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         send_texts(c, ["poison"])
         s = c.create_session()
 
@@ -585,7 +585,7 @@ def test_dead_letter_after_listener_keeps_failing(root):
 
 def test_redelivery_below_limit_is_not_dead_lettered(root):
     settings = Settings(max_delivery_attempts=3, poll_interval=0.005)
-    with Connection(root, "a", settings) as c:
+    with Connection(root, "a", settings, create=True) as c:
         send_texts(c, ["x"])
         s = c.create_session(transacted=True)
         cons = s.create_consumer(Q)
@@ -604,7 +604,7 @@ def test_redelivery_below_limit_is_not_dead_lettered(root):
 def test_junk_in_target_neither_crashes_nor_blocks(root, tmp_path):
     secret = tmp_path / "outside-secret"
     secret.write_bytes(b"TOP-SECRET")
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["good-before"])
         target = state_dir(root, "Q1", "target")
         (target / "garbage name with spaces").write_bytes(b"g1")
@@ -638,7 +638,7 @@ def test_junk_in_target_neither_crashes_nor_blocks(root, tmp_path):
 
 
 def test_browser_skips_junk(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["good"])
         target = state_dir(root, "Q1", "target")
         os.mkfifo(target / "4.1140429201295000-9262574723.T")
@@ -650,7 +650,7 @@ def test_browser_skips_junk(root):
 
 
 def _claim_and_hang(root: str, n: int, claimed, transacted: bool = False) -> None:
-    c = Connection(root, "doomed", FAST)
+    c = Connection(root, "doomed", FAST, create=True)
     cons = c.create_session(transacted, ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(Q)
     for _ in range(n):
         assert cons.receive(WAIT) is not None
@@ -673,7 +673,7 @@ def _kill_consumer_holding(root: Path, n: int, transacted: bool = False) -> None
 
 @pytest.mark.parametrize("by", ["recovery", "consumer"])
 def test_orphans_of_killed_consumer_come_back_redelivered(root, by):
-    with Connection(root, "setup", FAST) as c:
+    with Connection(root, "setup", FAST, create=True) as c:
         ids = send_texts(c, ["1", "2", "3"])
     _kill_consumer_holding(root, 3)
     processing = ls(root, "Q1", "processing")
@@ -681,37 +681,37 @@ def test_orphans_of_killed_consumer_come_back_redelivered(root, by):
     if by == "recovery":
         assert recovery.recover(root).redelivered == 3
         assert ls(root, "Q1", "processing") == [] and len(ls(root, "Q1", "target")) == 3
-    with Connection(root, "rescuer", FAST) as c:
+    with Connection(root, "rescuer", FAST, create=True) as c:
         got = drain(c.create_session().create_consumer(Q))
     assert [m.message_id for m in got] == ids
     assert all(m.redelivered and m.get_property("JMSXDeliveryCount") == 2 for m in got)
 
 
 def test_transacted_receives_of_killed_consumer_come_back(root):
-    with Connection(root, "setup", FAST) as c:
+    with Connection(root, "setup", FAST, create=True) as c:
         ids = send_texts(c, ["1", "2"])
     _kill_consumer_holding(root, 2, transacted=True)
     assert len(ls(root, "Q1", "processing")) == 2
     assert len(os.listdir(transaction.transaction_dir(root) / "associated")) == 1
-    with Connection(root, "rescuer", FAST) as c:  # the consumer itself reclaims (no recover())
+    with Connection(root, "rescuer", FAST, create=True) as c:  # the consumer itself reclaims (no recover())
         got = drain(c.create_session().create_consumer(Q))
     assert [m.message_id for m in got] == ids and all(m.redelivered for m in got)
     assert os.listdir(transaction.transaction_dir(root) / "associated") == []
 
 
 def test_live_consumer_messages_are_not_reclaimed(root):
-    with Connection(root, "setup", FAST) as c:
+    with Connection(root, "setup", FAST, create=True) as c:
         send_texts(c, ["1"])
-    with Connection(root, "holder", FAST) as holder:
+    with Connection(root, "holder", FAST, create=True) as holder:
         assert holder.create_session(ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(Q).receive(WAIT)
         assert recovery.recover(root).redelivered == 0
-        with Connection(root, "other", FAST) as other:
+        with Connection(root, "other", FAST, create=True) as other:
             assert other.create_session().create_consumer(Q).receive(0.1) is None
         assert len(ls(root, "Q1", "processing")) == 1
 
 
 def test_orphaned_working_files_older_than_orphan_age_are_quarantined(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x"])
     working = state_dir(root, "Q1", "working")
     (working / "4.1000000000000000-0000000001.T").write_bytes(b"torn")
@@ -731,15 +731,15 @@ def test_orphaned_working_files_older_than_orphan_age_are_quarantined(root):
 
 
 def test_second_live_connection_with_same_client_id_is_refused(root):
-    with Connection(root, "dup", FAST):
+    with Connection(root, "dup", FAST, create=True):
         with pytest.raises(InvalidClientIDError):
-            Connection(root, "dup", FAST)
-    with Connection(root, "dup", FAST):  # released on close
+            Connection(root, "dup", FAST, create=True)
+    with Connection(root, "dup", FAST, create=True):  # released on close
         pass
 
 
 def _register_and_hang(root: str, registered) -> None:
-    Connection(root, "dup", FAST)
+    Connection(root, "dup", FAST, create=True)
     registered.set()
     threading.Event().wait()
 
@@ -752,11 +752,11 @@ def test_client_id_of_killed_owner_is_reclaimable(root):
     try:
         assert registered.wait(30)
         with pytest.raises(InvalidClientIDError):  # alive in another process
-            Connection(root, "dup", FAST)
+            Connection(root, "dup", FAST, create=True)
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.join(30)
-    with Connection(root, "dup", FAST) as c:
+    with Connection(root, "dup", FAST, create=True) as c:
         assert c.client_id == "dup"
 
 
@@ -769,12 +769,12 @@ def test_destination_names_are_validated(root, bad):
 @pytest.mark.parametrize("bad", ["a/b", "..", ".hidden", "nul\x00byte"])
 def test_client_ids_are_validated(root, bad):
     with pytest.raises(InvalidClientIDError):
-        Connection(root, bad, FAST)
+        Connection(root, bad, FAST, create=True)
     assert not (root.parent / "b").exists()
 
 
 def test_name_over_255_bytes_rejected_at_send(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         p = s.create_producer(Q)
         m = TextMessage(body=b"x")
@@ -794,15 +794,15 @@ def test_name_over_255_bytes_rejected_at_send(root):
 def test_network_file_system_refused_unless_allowed(root, monkeypatch):
     monkeypatch.setattr(store, "file_system_type", lambda path: "nfs")
     with pytest.raises(UnsupportedFileSystemError, match="network file system"):
-        Connection(root, "a", FAST)
-    with Connection(root, "a", allow_network_fs=True) as c:
+        Connection(root, "a", FAST, create=True)
+    with Connection(root, "a", allow_network_fs=True, create=True) as c:
         send_texts(c, ["ok"])
-    with Connection(root, "b", Settings(allow_network_fs=True)) as c:
+    with Connection(root, "b", Settings(allow_network_fs=True), create=True) as c:
         assert c.create_session().create_consumer(Q).receive(WAIT).text == "ok"
 
 
 def test_local_file_system_detected(root):
-    os.makedirs(root)
+    os.makedirs(root, exist_ok=True)
     assert store.file_system_type(root) not in store.NETWORK_FILE_SYSTEMS
 
 
@@ -810,7 +810,7 @@ def test_local_file_system_detected(root):
 
 
 def test_browser_shows_delivery_order_and_moves_nothing(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         for i, prio in enumerate([1, 8, 4, 8, 0]):
             p.send(TextMessage(body=str(i).encode()), priority=prio)
@@ -826,7 +826,7 @@ def test_map_stream_bytes_bodies_round_trip(root):
     values = {"s": "é&=.%", "i": 7, "l": 2**40, "f": 1.5, "b": True, "n": None, "x": b"\x00\xff",
               "short": Property("H", 12)}
     items = ["a", 1, 2.5, False, None, b"raw", Property("Y", -3)]
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         p = s.create_producer(Q)
         p.send(s.create_map_message(values))
@@ -855,7 +855,7 @@ def test_object_message_never_unpickles(root, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pickle, "loads", forbidden)
     monkeypatch.setattr(pickle, "load", forbidden)
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         s.create_producer(Q).send(s.create_object_message(payload))
         m = s.create_consumer(Q).receive(WAIT)

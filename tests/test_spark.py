@@ -58,7 +58,7 @@ def open_logs(root: Path) -> list[str]:
 
 def send(root: Path, queue: str, n: int, prefix: str = "m") -> list[bytes]:
     out = []
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         p = conn.create_session().create_producer(Queue(queue))
         msgs = []
         for i in range(n):
@@ -75,7 +75,7 @@ def send(root: Path, queue: str, n: int, prefix: str = "m") -> list[bytes]:
 
 def test_batch_read_is_a_typed_browse_that_moves_nothing(spark, tmp_path):
     root = tmp_path / "root"
-    with Connection(root, client_id="app") as conn:
+    with Connection(root, client_id="app", create=True) as conn:
         s = conn.create_session()
         p = s.create_producer(Queue("q"))
         m = TextMessage(body="héllo".encode())
@@ -131,7 +131,7 @@ def test_batch_write_is_one_transaction_readable_by_every_client(spark, tmp_path
     df.write.format("dropboxmq").option("root", str(root)).mode("append").save("q")
     assert bodies(root, "q") == collections.Counter(f"w{i}".encode() for i in range(n))
     assert ls(root, "q", "working") == [] and open_logs(root) == []
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         c = conn.create_session().create_consumer(Queue("q"))
         first = c.receive(timeout=5)
         assert first.priority == 9 and first.get_property("src") == "spark"
@@ -247,7 +247,7 @@ class Competitor(threading.Thread):
     def run(self) -> None:
         try:
             every_receive = Settings(recovery_interval=0.0)  # reclaim dead owners at every receive
-            with Connection(self.root, client_id="plain-competitor", settings=every_receive) as conn:
+            with Connection(self.root, client_id="plain-competitor", settings=every_receive, create=True) as conn:
                 c = conn.create_session().create_consumer(Queue(self.queue))
                 self.started_receiving.set()
                 while True:
@@ -423,7 +423,7 @@ def test_every_readme_spark_snippet_runs_as_written(spark, tmp_path):
     snippets = _readme_spark_snippets()
     assert len(snippets) >= 2 and not any("register(" in s for s in snippets)
     root = tmp_path / "root"
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         p = conn.create_session().create_producer(Queue("orders"))
         for i in range(12):
             m = TextMessage(body=f"order {i}".encode())

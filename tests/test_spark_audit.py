@@ -114,7 +114,7 @@ def test_consistency_audit_of_a_root(tmp_path):
     from dropboxmq.session import Connection
 
     root = tmp_path / "root"
-    with Connection(root, client_id="a") as conn:
+    with Connection(root, client_id="a", create=True) as conn:
         p = conn.create_session().create_producer(Queue("q"))
         for _ in range(5):
             p.send(TextMessage(body=b"x"))

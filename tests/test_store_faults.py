@@ -60,9 +60,9 @@ def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
 def test_disk_full_during_send_pyfakefs_through_the_api(fs, monkeypatch):
     monkeypatch.setattr(store, "noreplace_supported", False)
     root = "/data/root"
-    os.makedirs(root)
+    os.makedirs(root, exist_ok=True)
     fs.set_disk_usage(4000, path="/data")
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         with pytest.raises(StoreError, match="no space"):
             p.send(TextMessage(body=b"x" * 10_000))
@@ -81,7 +81,7 @@ def test_disk_full_during_send_injected(root, monkeypatch):
             return os.write(fd, bytes(data[:10]))
         raise oserror(errno.ENOSPC)
 
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         monkeypatch.setattr(store, "os", FakeOs(write=write))
         with pytest.raises(StoreError, match="no space left on device"):
@@ -93,7 +93,7 @@ def test_disk_full_during_send_injected(root, monkeypatch):
 
 
 def test_disk_full_in_transacted_send(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
         p.send(TextMessage(body=b"ok"))
@@ -106,7 +106,7 @@ def test_disk_full_in_transacted_send(root, monkeypatch):
 
 
 def test_fsync_failure_fails_the_send(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         monkeypatch.setattr(store, "os", FakeOs(fsync=failing(errno.EIO)))
         with pytest.raises(StoreError, match="input/output error"):
@@ -119,7 +119,7 @@ def test_fsync_failure_fails_the_send(root, monkeypatch):
 
 
 def test_permission_denied_on_create(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         monkeypatch.setattr(store, "os", FakeOs(open=failing(errno.EACCES)))
         with pytest.raises(StoreError, match="permission denied") as info:
@@ -154,7 +154,7 @@ def test_short_writes_still_produce_full_files(root, monkeypatch):
         return os.write(fd, chunk)
 
     body = bytes(range(256)) * 4
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         monkeypatch.setattr(store, "os", FakeOs(write=write))
         p.send(TextMessage(body=body))
@@ -167,7 +167,7 @@ def test_short_writes_still_produce_full_files(root, monkeypatch):
 
 
 def test_failing_rename_during_send_discards_the_working_file(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         monkeypatch.setattr(store, "rename_noreplace", failing(errno.EIO))
         with pytest.raises(StoreError, match="input/output error"):
@@ -213,7 +213,7 @@ def _enospc_for(move_name: str, real):
 
 
 def test_enospc_on_claim_surfaces_and_loses_nothing(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         s.create_producer(Q).send(TextMessage(body=b"x"))
         box = Dropbox(root / "Q1" / "incoming")
@@ -231,7 +231,7 @@ def test_enospc_on_claim_surfaces_and_loses_nothing(root, monkeypatch):
 
 
 def test_enospc_on_client_ack_surfaces_and_loses_nothing(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         p = s.create_producer(Q)
         p.send(TextMessage(body=b"1"))
@@ -249,7 +249,7 @@ def test_enospc_on_client_ack_surfaces_and_loses_nothing(root, monkeypatch):
 
 
 def test_enospc_on_auto_ack_surfaces_and_loses_nothing(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(ack_mode=AUTO_ACKNOWLEDGE)
         s.create_producer(Q).send(TextMessage(body=b"x"))
         cons = s.create_consumer(Q)
@@ -265,7 +265,7 @@ def test_enospc_on_auto_ack_surfaces_and_loses_nothing(root, monkeypatch):
 
 
 def test_enospc_on_transacted_commit_keeps_messages(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         c.create_session().create_producer(Q).send(TextMessage(body=b"x"))
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(1) is not None
@@ -282,7 +282,7 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
     too), recovery rolls it forward."""
     from dropboxmq import recovery, transaction
 
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         c.create_session().create_producer(Q).send(TextMessage(body=b"received"))
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(1) is not None
@@ -312,16 +312,16 @@ def test_a_consumer_follows_its_queue_removed_and_made_again(root, how):
     it must notice (not take every name for a lost race, and spin) and go on in the new one."""
     import shutil
 
-    with Connection(root, "a", FAST) as a:
+    with Connection(root, "a", FAST, create=True) as a:
         cons = a.create_session().create_consumer(Q)
-        with Connection(root, "b", FAST) as b:
+        with Connection(root, "b", FAST, create=True) as b:
             b.create_session().create_producer(Q).send(TextMessage(body=b"1"))
         assert cons.receive(1).text == "1"
         if how == "removed":
             shutil.rmtree(root / "Q1")
         else:
             os.rename(root / "Q1", root / "Q1-old")
-        with Connection(root, "b", FAST) as b:
+        with Connection(root, "b", FAST, create=True) as b:
             b.create_session().create_producer(Q).send(TextMessage(body=b"2"))
         assert cons.receive(1).text == "2"
     assert counts(root, "Q1")["processed"] == 1 and counts(root, "Q1")["target"] == 0
@@ -329,7 +329,7 @@ def test_a_consumer_follows_its_queue_removed_and_made_again(root, how):
 
 def test_held_directories_are_closed_with_the_consumer_and_the_connection(root):
     before = _open_fds()
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         s.create_producer(Q).send(TextMessage(body=b"x"))
         cons = s.create_consumer(Q)
@@ -374,7 +374,7 @@ def _record_syncs(monkeypatch, unwritten: int):
 def test_send_many_next_to_a_writer_with_unwritten_data_fsyncs_its_own_files_not_the_file_system(root, monkeypatch):
     """syncfs writes every dirty page of the file system: another program's unwritten gigabyte
     would be the batch's wait.  Then each file is fsynced instead, in working/, before any rename."""
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         calls = _record_syncs(monkeypatch, 1 << 30)
         sent = p.send_many([TextMessage(body=f"m{i}") for i in range(40)])
@@ -386,7 +386,7 @@ def test_send_many_next_to_a_writer_with_unwritten_data_fsyncs_its_own_files_not
 
 
 def test_send_many_on_a_quiet_file_system_makes_one_syncfs(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         calls = _record_syncs(monkeypatch, 0)
         p.send_many([TextMessage(body=f"m{i}") for i in range(40)])
@@ -397,7 +397,7 @@ def test_send_many_on_a_quiet_file_system_makes_one_syncfs(root, monkeypatch):
 
 
 def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(root, monkeypatch):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         real_fsync = os.fsync
 
@@ -419,7 +419,7 @@ def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(ro
 def test_transacted_commit_next_to_unwritten_data_fsyncs_the_log_and_every_sent_file(root, monkeypatch):
     from dropboxmq import transaction
 
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(transacted=True)
         p = s.create_producer(Q)
         for i in range(30):
@@ -501,12 +501,12 @@ def test_a_forked_child_fsyncs_its_batch_with_its_own_threads(root, monkeypatch)
     from conftest import fork_context
 
     monkeypatch.setattr(store, "unwritten_bytes", lambda: 1 << 30)
-    with Connection(root, "parent", FAST) as c:
+    with Connection(root, "parent", FAST, create=True) as c:
         c.create_session().create_producer(Q).send_many([TextMessage(body=f"p{i}") for i in range(10)])
     assert store.sync_files(root, [], 0) == "fsync"  # the parent's pool exists and is in use
 
     def child() -> None:
-        with Connection(root, "child", FAST) as c:
+        with Connection(root, "child", FAST, create=True) as c:
             c.create_session().create_producer(Q).send_many([TextMessage(body=f"c{i}") for i in range(10)])
 
     proc = fork_context().Process(target=child)
@@ -522,7 +522,7 @@ def test_a_forked_child_fsyncs_its_batch_with_its_own_threads(root, monkeypatch)
 def test_a_fan_out_next_to_unwritten_data_fsyncs_each_copy_and_each_subscription(root, monkeypatch):
     from dropboxmq.message import Topic
 
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         for i in range(4):
             s.create_durable_consumer(Topic("t"), f"sub{i}").close()
@@ -548,7 +548,7 @@ def test_a_commit_whose_subscription_went_away_commits(root, monkeypatch, unwrit
     from dropboxmq.layout import subscriptions_dir
     from dropboxmq.message import Topic
 
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session()
         for name in ("kept", "removed"):
             s.create_durable_consumer(Topic("t"), name).close()

@@ -201,7 +201,7 @@ def test_full_disk_tmpfs(tmp_path, fast):
 
     with nemesis.tmpfs_mount(tmp_path / "fs", "64k") as mnt:
         ok, failures = [], 0
-        with Connection(mnt / "root", client_id="p", settings=fast) as conn:
+        with Connection(mnt / "root", client_id="p", settings=fast, create=True) as conn:
             s = conn.create_session()
             p = s.create_producer(Queue("q"))
             for i in range(200):
@@ -295,7 +295,7 @@ def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     from dropboxmq.transaction import LogStore
 
     root = tmp_path / "root"
-    with Connection(root, client_id="live"):
+    with Connection(root, client_id="live", create=True):
         gone = LogStore(root).path(LogState.ASSOCIATED, "live~abc~1")  # listed, then committed by its owner
         monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([(LogState.ASSOCIATED, gone)]))
         report = recovery.recover(root)
@@ -340,7 +340,7 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
     from dropboxmq.session import Connection, Settings
 
     root, q = tmp_path / "root", Queue("Q")
-    with Connection(root, "a", Settings(poll_interval=0.002)) as c:
+    with Connection(root, "a", Settings(poll_interval=0.002), create=True) as c:
         c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
         cons = c.create_session().create_consumer(q)
         real_rename = store.rename_noreplace

@@ -27,7 +27,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def publish(root: Path, topic: str, *texts: str, client_id: str = "publisher", **props) -> None:
-    with Connection(root, client_id) as conn:
+    with Connection(root, client_id, create=True) as conn:
         producer = conn.create_session().create_producer(Topic(topic))
         for text in texts:
             msg = TextMessage(body=text.encode())
@@ -49,7 +49,7 @@ def sub_dirs(root: Path, topic: str) -> list[str]:
 
 
 def test_durable_when_local_active_shared_durable_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_shared_durable_consumer(Topic("t"), "sub")
         with pytest.raises(JMSException, match="shared durable subscription"):
@@ -57,7 +57,7 @@ def test_durable_when_local_active_shared_durable_raises(root):
 
 
 def test_durable_when_local_active_non_shared_durable_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_durable_consumer(Topic("t"), "sub")
         with pytest.raises(IllegalStateError, match="already has an active consumer"):
@@ -65,7 +65,7 @@ def test_durable_when_local_active_non_shared_durable_raises(root):
 
 
 def test_durable_when_shared_durable_exists_inactive_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_shared_durable_consumer(Topic("t"), "sub").close()
         with pytest.raises(JMSException, match="shared durable subscription"):
@@ -78,10 +78,10 @@ def test_durable_when_shared_durable_exists_inactive_raises(root):
     ids=["other-topic", "other-selector", "other-nolocal"],
 )
 def test_durable_exists_inactive_details_dont_match_is_unsubscribe_and_new(root, change):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "kept?", x=1)
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         topic = Topic(change.get("topic", "t"))
         consumer = s.create_durable_consumer(topic, "sub", change.get("selector"), change.get("no_local", False))
@@ -90,27 +90,27 @@ def test_durable_exists_inactive_details_dont_match_is_unsubscribe_and_new(root,
 
 
 def test_durable_exists_inactive_details_match_reuses_and_keeps_messages(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "m1", "m2")  # no consumer attached: the durable subscription keeps them
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         assert drain(conn.create_session().create_durable_consumer(Topic("t"), "sub")) == ["m1", "m2"]
 
 
 def test_durable_create_new_subscription_uses_12_sub_id(root):
-    with Connection(root, "client.1") as conn:
+    with Connection(root, "client.1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("a.b"), "my sub", no_local=True)
         assert sub_dirs(root, "a.b") == ["my+sub.client%2E1.no-local"]
 
 
 def test_durable_requires_client_id(root):
-    with Connection(root) as conn:  # generated id: not "set" by the user
+    with Connection(root, create=True) as conn:  # generated id: not "set" by the user
         with pytest.raises(IllegalStateError, match="client id"):
             conn.create_session().create_durable_consumer(Topic("t"), "sub")
 
 
 def test_durable_second_consumer_in_another_process_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "sub")
         # the same client id cannot be used twice; another client id is another subscription,
         # so use the subscription lock directly as a second process would find it
@@ -124,7 +124,7 @@ def test_durable_second_consumer_in_another_process_raises(root):
 
 
 def test_shared_durable_local_active_details_dont_match_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_shared_durable_consumer(Topic("t"), "sub", "x = 1")
         with pytest.raises(JMSException, match="different topic or selector"):
@@ -134,7 +134,7 @@ def test_shared_durable_local_active_details_dont_match_raises(root):
 
 
 def test_shared_durable_local_active_details_match_adds_competing_consumer(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s1, s2 = conn.create_session(), conn.create_session()
         a = s1.create_shared_durable_consumer(Topic("t"), "sub")
         b = s2.create_shared_durable_consumer(Topic("t"), "sub")
@@ -148,7 +148,7 @@ def test_shared_durable_local_active_details_match_adds_competing_consumer(root)
 
 
 def test_shared_durable_when_local_active_non_shared_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_durable_consumer(Topic("t"), "sub")
         with pytest.raises(JMSException, match="non-shared durable subscription"):
@@ -156,7 +156,7 @@ def test_shared_durable_when_local_active_non_shared_raises(root):
 
 
 def test_shared_durable_when_non_shared_exists_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_durable_consumer(Topic("t"), "sub").close()
         with pytest.raises(JMSException, match="non-shared durable subscription"):
@@ -164,24 +164,24 @@ def test_shared_durable_when_non_shared_exists_raises(root):
 
 
 def test_shared_durable_exists_inactive_details_dont_match_is_unsubscribe_and_new(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_shared_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "old", x=2)
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         c = conn.create_session().create_shared_durable_consumer(Topic("t"), "sub", "x = 2")
         assert drain(c) == []
 
 
 def test_shared_durable_exists_inactive_details_match_reuses(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_shared_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "kept")
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         assert drain(conn.create_session().create_shared_durable_consumer(Topic("t"), "sub")) == ["kept"]
 
 
 def test_shared_durable_without_client_id_is_shared_across_connections(root):
-    with Connection(root) as c1, Connection(root) as c2:
+    with Connection(root, create=True) as c1, Connection(root, create=True) as c2:
         a = c1.create_session().create_shared_durable_consumer(Topic("t"), "jobs")
         b = c2.create_session().create_shared_durable_consumer(Topic("t"), "jobs")
         publish(root, "t", "one", "two")
@@ -194,7 +194,7 @@ def test_shared_durable_without_client_id_is_shared_across_connections(root):
 
 
 def test_unsubscribe_with_active_consumer_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_durable_consumer(Topic("t"), "sub")
         with pytest.raises(IllegalStateError, match="active consumer"):
@@ -202,26 +202,26 @@ def test_unsubscribe_with_active_consumer_raises(root):
 
 
 def test_unsubscribe_unknown_name_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         with pytest.raises(InvalidDestinationError, match="no durable subscription"):
             conn.create_session().unsubscribe("nope")
 
 
 def test_unsubscribe_ends_subscription_and_removes_messages(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "gone")
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().unsubscribe("sub")
         assert sub_dirs(root, "t") == []
         assert drain(conn.create_session().create_durable_consumer(Topic("t"), "sub")) == []
 
 
 def test_unsubscribe_with_pending_transacted_work_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "sub").close()
     publish(root, "t", "m")
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         tx = conn.create_session(transacted=True)
         c = tx.create_durable_consumer(Topic("t"), "sub")
         assert c.receive(0).text == "m"
@@ -233,7 +233,7 @@ def test_unsubscribe_with_pending_transacted_work_raises(root):
 
 
 def test_unsubscribe_shared_durable(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_shared_durable_consumer(Topic("t"), "sub").close()
         s.unsubscribe("sub")
@@ -244,7 +244,7 @@ def test_unsubscribe_shared_durable(root):
 
 
 def test_shared_nondurable_local_active_details_dont_match_raises(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         s.create_shared_consumer(Topic("t"), "sub", "x = 1")
         with pytest.raises(JMSException, match="different topic or selector"):
@@ -254,7 +254,7 @@ def test_shared_nondurable_local_active_details_dont_match_raises(root):
 
 
 def test_shared_nondurable_local_active_details_match_adds_subscriber(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         a = conn.create_session().create_shared_consumer(Topic("t"), "sub")
         b = conn.create_session().create_shared_consumer(Topic("t"), "sub")
         publish(root, "t", "x", "y")
@@ -262,14 +262,14 @@ def test_shared_nondurable_local_active_details_match_adds_subscriber(root):
 
 
 def test_shared_nondurable_exists_elsewhere_details_dont_match_raises(root):
-    with Connection(root) as c1, Connection(root) as c2:
+    with Connection(root, create=True) as c1, Connection(root, create=True) as c2:
         c1.create_session().create_shared_consumer(Topic("t"), "sub", "x = 1")
         with pytest.raises(JMSException, match="different topic or selector"):
             c2.create_session().create_shared_consumer(Topic("t"), "sub", "x = 3")
 
 
 def test_shared_nondurable_exists_elsewhere_details_match_joins(root):
-    with Connection(root) as c1, Connection(root) as c2:
+    with Connection(root, create=True) as c1, Connection(root, create=True) as c2:
         a = c1.create_session().create_shared_consumer(Topic("t"), "sub")
         b = c2.create_session().create_shared_consumer(Topic("t"), "sub")
         publish(root, "t", "only one copy")
@@ -278,7 +278,7 @@ def test_shared_nondurable_exists_elsewhere_details_match_joins(root):
 
 
 def test_shared_nondurable_ends_with_last_consumer(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         a = conn.create_session().create_shared_consumer(Topic("t"), "sub")
         b = conn.create_session().create_shared_consumer(Topic("t"), "sub")
         publish(root, "t", "pending")
@@ -292,7 +292,7 @@ def test_shared_nondurable_ends_with_last_consumer(root):
 
 
 def test_nondurable_subscription_removed_with_undelivered_messages_on_close(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         c = conn.create_session().create_consumer(Topic("t"))
         publish(root, "t", "never read")
         assert len(sub_dirs(root, "t")) == 1
@@ -302,14 +302,14 @@ def test_nondurable_subscription_removed_with_undelivered_messages_on_close(root
 
 def test_nondurable_only_receives_messages_published_while_it_exists(root):
     publish(root, "t", "before")
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         c = conn.create_session().create_consumer(Topic("t"))
         publish(root, "t", "after")
         assert drain(c) == ["after"]
 
 
 def _subscribe_and_die(root: str, ready) -> None:
-    conn = Connection(root, "doomed")
+    conn = Connection(root, "doomed", create=True)
     conn.create_session().create_consumer(Topic("t"))
     ready.set()
     os.kill(os.getpid(), signal.SIGKILL)
@@ -339,7 +339,7 @@ def test_publisher_skips_and_removes_dead_nondurable_subscription(root):
 
 
 def test_publish_fans_out_to_topic_and_every_ancestor(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         subs = {name: s.create_durable_consumer(Topic(name), f"on-{name}") for name in ("a", "a.b", "a.b.c", "a.x")}
         publish(root, "a.b.c", "deep")
@@ -349,7 +349,7 @@ def test_publish_fans_out_to_topic_and_every_ancestor(root):
 
 
 def test_each_subscription_gets_its_own_copy(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         x = s.create_durable_consumer(Topic("t"), "x")
         y = s.create_durable_consumer(Topic("t"), "y")
@@ -358,7 +358,7 @@ def test_each_subscription_gets_its_own_copy(root):
 
 
 def test_no_local_skips_messages_of_the_same_connection(root):
-    with Connection(root, "me") as conn:
+    with Connection(root, "me", create=True) as conn:
         s = conn.create_session()
         mine = s.create_durable_consumer(Topic("t"), "mine", no_local=True)
         everything = s.create_durable_consumer(Topic("t"), "all")
@@ -369,7 +369,7 @@ def test_no_local_skips_messages_of_the_same_connection(root):
 
 
 def test_topic_selector_applied_at_fan_out_unmatched_never_accumulate(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         c = conn.create_session().create_durable_consumer(Topic("t"), "red", "color = 'red'")
         for color in ("red", "blue", "red", "green"):
             publish(root, "t", color, color=color)
@@ -379,14 +379,14 @@ def test_topic_selector_applied_at_fan_out_unmatched_never_accumulate(root):
 
 
 def test_invalid_selector_raises_before_subscription_is_created(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         with pytest.raises(InvalidSelectorError):
             conn.create_session().create_durable_consumer(Topic("t"), "bad", "color = ")
         assert sub_dirs(root, "t") == []
 
 
 def test_transacted_publish_all_copies_at_commit_none_on_rollback(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         x = s.create_durable_consumer(Topic("t"), "x")
         y = s.create_durable_consumer(Topic("t.u"), "y")
@@ -405,7 +405,7 @@ def test_transacted_publish_all_copies_at_commit_none_on_rollback(root):
 def test_durable_subscription_redelivery_on_recover(root):
     from dropboxmq.session import CLIENT_ACKNOWLEDGE
 
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         c = s.create_durable_consumer(Topic("t"), "sub")
         publish(root, "t", "again")
@@ -421,7 +421,7 @@ def test_durable_subscription_redelivery_on_recover(root):
 
 
 def test_temporary_queue_removed_when_connection_closes(root):
-    conn = Connection(root, "owner")
+    conn = Connection(root, "owner", create=True)
     q = conn.create_session().create_temporary_queue()
     conn.create_session().create_producer(q).send(TextMessage(body=b"reply"))
     assert (root / q.name / "incoming" / "target").is_dir()
@@ -430,7 +430,7 @@ def test_temporary_queue_removed_when_connection_closes(root):
 
 
 def test_temporary_queue_only_creating_connection_consumes(root):
-    with Connection(root, "owner") as owner, Connection(root, "other") as other:
+    with Connection(root, "owner", create=True) as owner, Connection(root, "other", create=True) as other:
         q = owner.create_session().create_temporary_queue()
         other.create_session().create_producer(q).send(TextMessage(body=b"reply"))  # anyone may send
         with pytest.raises(InvalidDestinationError, match="temporary"):
@@ -439,9 +439,9 @@ def test_temporary_queue_only_creating_connection_consumes(root):
 
 
 def test_temporary_topic_only_creating_connection_subscribes_and_is_removed(root):
-    owner = Connection(root, "owner")
+    owner = Connection(root, "owner", create=True)
     t = owner.create_session().create_temporary_topic()
-    with Connection(root, "other") as other:
+    with Connection(root, "other", create=True) as other:
         with pytest.raises(InvalidDestinationError, match="temporary"):
             other.create_session().create_consumer(t)
     c = owner.create_session().create_consumer(t)
@@ -463,7 +463,7 @@ def _drop_foreign(root: Path, topic: str, names: list[str]) -> None:
 
 
 def test_distributor_fans_out_foreign_files_once(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         a = s.create_durable_consumer(Topic("t"), "a")
         b = s.create_durable_consumer(Topic("t"), "b")
@@ -491,7 +491,7 @@ def _distribute_and_die(root: str, when: str) -> None:
 
 @pytest.mark.parametrize("when", ["before-commit", "after-point-of-no-return"])
 def test_distributor_killed_mid_file_still_fans_out_exactly_once(root, when):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "a").close()
         conn.create_session().create_durable_consumer(Topic("t"), "b").close()
     _drop_foreign(root, "t", ["1.1140429201295000-0000000001.T"])
@@ -501,7 +501,7 @@ def test_distributor_killed_mid_file_still_fans_out_exactly_once(root, when):
     assert p.exitcode == -signal.SIGKILL
     distribute(root, client_id="distributor-2")  # the survivor recovers the dead one's work
     recover(root)
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         s = conn.create_session()
         for name in ("a", "b"):
             got = [m.body for m in s.create_durable_consumer(Topic("t"), name)]
@@ -515,7 +515,7 @@ def _run_distributor(root: str, i: int) -> None:
 
 
 def test_several_distributors_fan_out_each_file_exactly_once(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "a").close()
     names = [f"4.11404292012{i:02d}000-00000000{i:02d}.T" for i in range(60)]
     _drop_foreign(root, "t", names)
@@ -525,12 +525,12 @@ def test_several_distributors_fan_out_each_file_exactly_once(root):
         p.start()
     for p in procs:
         p.join()
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         got = sorted(m.body.decode() for m in conn.create_session().create_durable_consumer(Topic("t"), "a"))
     assert got == sorted(names)
 
 
 def test_publish_to_queue_name_with_topic_is_an_error(root):
-    with Connection(root, "c1") as conn:
+    with Connection(root, "c1", create=True) as conn:
         with pytest.raises(InvalidDestinationError):
             conn.create_session().create_durable_consumer(Queue("q"), "x")

@@ -63,7 +63,7 @@ def tm_name() -> str:
 
 
 def send(root: Path, n: int = 1, prefix: str = "m") -> None:
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         for i in range(n):
             p.send(p.session.create_text_message(f"{prefix}{i}"))
@@ -95,7 +95,7 @@ def consume_and_insert(root: Path, dsn: str, table: str, tm_dir: Path, tm_name: 
                        crash_at: str | None = None, fail_before_prepare: bool = False,
                        order: tuple[str, str] = ("mq", "db")) -> str:
     """One unit of work: receive a message, insert its row, commit both (or neither)."""
-    conn = Connection(root, settings=FAST)
+    conn = Connection(root, settings=FAST, create=True)
     session = xa.create_xa_session(conn)
     consumer = session.create_consumer(Q)
     pg = psycopg.connect(dsn)
@@ -132,7 +132,7 @@ def run_crashing(fn, *args, **kw) -> int:
 
 def recover_all(root: Path, dsn: str, tm_dir: Path, tm_name: str):
     """What a restarted worker does first: the coordinator finishes its in-doubt branches."""
-    conn = Connection(root, settings=FAST)
+    conn = Connection(root, settings=FAST, create=True)
     session = xa.create_xa_session(conn)
     pg = psycopg.connect(dsn)
     try:
@@ -155,7 +155,7 @@ def assert_committed_once(root: Path, dsn: str, table: str, tm_dir: Path, tm_nam
 
 
 def receive_again(root: Path):
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         s = c.create_session(transacted=True)
         m = s.create_consumer(Q).receive(5)
         s.rollback()
@@ -224,7 +224,7 @@ def test_explicit_rollback_after_prepare(tmp_path, pg_server, table, tm_name):
     """The coordinator decides rollback after both prepares (e.g. a third check failed)."""
     root, tm_dir = tmp_path / "root", tmp_path / "tm"
     send(root)
-    conn = Connection(root, settings=FAST)
+    conn = Connection(root, settings=FAST, create=True)
     s = xa.create_xa_session(conn)
     pg = psycopg.connect(pg_server.dsn)
     with Coordinator(tm_dir, tm_name) as coord:
@@ -306,7 +306,7 @@ def _stress_worker(root, dsn, table, tm_dir, slot, total, seed, p_kill, deadline
         if step in steps and rnd.random() < p_kill:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    conn = Connection(root, f"w{slot}-{seed}", settings=FAST)
+    conn = Connection(root, f"w{slot}-{seed}", settings=FAST, create=True)
     session = xa.create_xa_session(conn)
     consumer = session.create_consumer(Q)
     pg = psycopg.connect(dsn)
@@ -400,7 +400,7 @@ def test_prepared_branch_survives_and_commits_from_another_process(tmp_path):
     x = xa.Xid(1, "g1", "mq")
 
     def prepare_and_die():
-        conn = Connection(root, "preparer", settings=FAST)
+        conn = Connection(root, "preparer", settings=FAST, create=True)
         s = xa.create_xa_session(conn)
         s.tpc_begin(x)
         s.create_consumer(Q).receive(5)
@@ -416,7 +416,7 @@ def test_prepared_branch_survives_and_commits_from_another_process(tmp_path):
     assert ls(root, "in", "processing") == [] and len(parked(root)) == 1
     assert json.loads((root / "dropboxmq/transaction/prepared" / x.log_name).read_text().splitlines()[0])[
         "owner"] == "preparer"
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         s = xa.create_xa_session(c)
         assert s.tpc_recover() == [x]
         s.tpc_commit(x)
@@ -430,7 +430,7 @@ def test_prepared_branch_survives_and_commits_from_another_process(tmp_path):
 def test_one_phase_commit_and_local_tx_refused_inside_branch(tmp_path):
     root = tmp_path / "root"
     send(root)
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         s = xa.create_xa_session(c)
         s.tpc_begin(s.xid(1, "one", "phase"))
         assert s.create_consumer(Q).receive(5) is not None
@@ -443,7 +443,7 @@ def test_one_phase_commit_and_local_tx_refused_inside_branch(tmp_path):
 
 def test_duplicate_xid_is_refused(tmp_path):
     root = tmp_path / "root"
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         s = xa.create_xa_session(c)
         x = s.xid(1, "dup", "b")
         s.tpc_begin(x)
@@ -471,7 +471,7 @@ def test_crash_during_prepare_is_rolled_back(tmp_path):
             return real(src, dst)
 
         transaction.rename_noreplace = rename
-        conn = Connection(root, "dier", settings=FAST)
+        conn = Connection(root, "dier", settings=FAST, create=True)
         s = xa.create_xa_session(conn)
         s.tpc_begin(s.xid(1, "torn", "mq"))
         s.create_consumer(Q).receive(5)
@@ -489,7 +489,7 @@ def test_crash_during_prepare_is_rolled_back(tmp_path):
 def test_decided_branch_refuses_the_other_decision(tmp_path):
     root = tmp_path / "root"
     send(root)
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         s = xa.create_xa_session(c)
         x = s.xid(1, "half", "mq")
         s.tpc_begin(x)
@@ -512,7 +512,7 @@ def test_cli_xa_list_commit_rollback(tmp_path):
     root = tmp_path / "root"
     send(root, 2)
     xids = []
-    with Connection(root, settings=FAST) as c:
+    with Connection(root, settings=FAST, create=True) as c:
         for g in ("cli-a", "cli-b"):
             s = xa.create_xa_session(c)
             x = s.xid(9, g, "mq")

@@ -57,7 +57,7 @@ def _message(msg) -> dict:
 
 class Adapter:
     def __init__(self, root: str, client_id: str):
-        self.conn = Connection(root, client_id or None, FAST)
+        self.conn = Connection(root, client_id or None, FAST, create=True)
         self.sessions: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
         self.queue_consumers: dict[tuple, Any] = {}

@@ -2,7 +2,7 @@
 
     from dropboxmq import Connection, Queue
 
-    with Connection.from_env() as conn:
+    with Connection.from_env() as conn:    # $DROPBOXMQ_ROOT: a root made by `dropboxmq init orders`
         session = conn.create_session()
         session.create_producer().send(Queue("orders"), "hello")
         print(session.create_consumer(Queue("orders")).receive_body(timeout=5))
@@ -31,6 +31,7 @@ __all__ = [
     # from .errors
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError", "InvalidSelectorError",
     "IllegalStateError", "MessageFormatError", "TransactionRolledBackError", "StoreError",
+    "RootNotFoundError", "QueueNotFoundError", "PropertyValue", "Body",
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
@@ -38,14 +39,14 @@ _SOURCES = ("errors", "message", "session", "values")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
-                         InvalidSelectorError, JMSException, MessageFormatError, StoreError,
-                         TransactionRolledBackError)
+                         InvalidSelectorError, JMSException, MessageFormatError, QueueNotFoundError,
+                         RootNotFoundError, StoreError, TransactionRolledBackError)
     from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage,
                           Queue, StreamMessage, TextMessage, Topic)
     from .session import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode,
-                          Connection, MessageConsumer, MessageListener, MessageProducer, QueueBrowser, Session,
+                          Body, Connection, MessageConsumer, MessageListener, MessageProducer, QueueBrowser, Session,
                           Settings, TemporaryQueue, TemporaryTopic)
-    from .values import Property
+    from .values import Property, PropertyValue
 
 
 def __getattr__(name: str) -> Any:

@@ -9,9 +9,9 @@ import math
 import os
 import shutil
 import stat as stat_module
-import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn
 
@@ -166,6 +166,8 @@ def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) ->
       dropboxmq send orders 'hello'                  send text (or: --file blob.gz, a BytesMessage)
       dropboxmq receive orders --body > out.bin      the body, raw
       dropboxmq receive orders -n 0 --exec ./handle  one run per message, ack on exit 0
+      dropboxmq receive orders --follow --exec ./handle   a worker; SIGTERM/Ctrl-C stop it cleanly
+      dropboxmq browse orders --state error          dead letters; 'dropboxmq redrive orders' sends them back
       dropboxmq stat --watch                         depth, oldest age, error/ growth
       dropboxmq prune --older-than 7d                retention of processed/ and expired/
     """
@@ -174,10 +176,14 @@ def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) ->
         click.echo(ctx.get_help())
 
 
-def _connect(ctx: click.Context, client_id: str | None = None):
+def _connect(ctx: click.Context, client_id: str | None = None, *, create: bool = False, settings: Any = None):
+    """A connection to the root; ``create`` (the verb's --create) makes the root and the queue."""
     from .session import Connection
 
-    return Connection(ctx.obj["root"], client_id, allow_network_fs=ctx.obj["allow_network_fs"])
+    if not create:
+        require_root(ctx)  # the CLI's own one-line error, naming --root and $DROPBOXMQ_ROOT
+    return Connection(ctx.find_root().obj["root"], client_id, settings, create=create,
+                      allow_network_fs=ctx.find_root().obj["allow_network_fs"])
 
 
 def _parse_boolean(text: str) -> bool:
@@ -245,6 +251,8 @@ def _send_options(f):
         click.option("--text", "as_text", is_flag=True,
                      help="Send a TextMessage (default for BODY and UTF-8 standard input); the body must be "
                           "UTF-8."),
+        click.option("--lines", is_flag=True, help="One TextMessage per line of standard input (or of --file), "
+                     "sent as each line arrives; the line ends are not part of the bodies."),
         click.option("--create", is_flag=True, help="Create the queue if it does not exist (without it, an "
                      "unknown queue is an error, so a typo creates nothing)."),
         click.option("-p", "--priority", default=4, show_default=True, type=click.IntRange(0, 9),
@@ -278,9 +286,11 @@ def send(ctx, queue, **options) -> None:
     Examples:
       dropboxmq send orders 'hello' --priority 7 --property region=eu --property n=3:int
       dropboxmq send images --file cat.png --ttl 3600    # a BytesMessage
-      seq 10 | dropboxmq send numbers                    # UTF-8 input: a TextMessage
+      seq 10 | dropboxmq send numbers                    # UTF-8 input: one TextMessage
+      seq 10 | dropboxmq send numbers --lines            # ten TextMessages, one per line
     """
-    _send(ctx, _known_queue(ctx, queue, options.pop("create")), **options)
+    create = options.pop("create")
+    _send(ctx, _known_queue(ctx, queue, create), create=create, **options)
 
 
 @main.command()
@@ -325,13 +335,19 @@ def _check_utf8_file(stream) -> None:
 
 
 def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, delay, non_persistent,
-          correlation_id, jms_type, reply_to, properties, transacted, client_id) -> None:
+          correlation_id, jms_type, reply_to, properties, transacted, client_id, lines=False, create=False) -> None:
     from .message import BytesMessage, TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")
     if as_bytes and as_text:
         raise click.UsageError("--bytes or --text, not both")
+    if lines and (body is not None or as_bytes or count != 1):
+        raise click.UsageError("--lines reads the bodies from standard input or --file: drop BODY, --bytes and -n")
+    if lines:
+        _send_lines(ctx, dest, body_file or sys.stdin.buffer, priority, ttl, delay, non_persistent, correlation_id,
+                    jms_type, reply_to, properties, transacted, client_id, create)
+        return
     reply = Queue(reply_to) if reply_to else None
     props = [_parse_property(p) for p in properties]
     data: bytes | None = None
@@ -354,7 +370,8 @@ def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, d
     headers = dict(delivery_mode=DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT,
                    priority=priority, time_to_live=ttl, delivery_delay=delay)
     ids: list[str] = []
-    with _connect(ctx, client_id) as conn, _Activity(ctx, "sent", f"to {dest.name}", count) as activity:
+    with _connect(ctx, client_id, create=create) as conn, \
+            _Activity(ctx, "sent", f"to {dest.name}", count) as activity:
         session = conn.create_session(transacted=transacted)
         producer = session.create_producer(dest)
         for _ in range(count):
@@ -377,6 +394,39 @@ def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, d
                 click.echo(mid)
         if count >= 1000:
             click.echo(f"sent {count} messages to {dest.name}")
+
+
+def _send_lines(ctx, dest, stream, priority, ttl, delay, non_persistent, correlation_id, jms_type, reply_to,
+               properties, transacted, client_id, create) -> None:
+    """send --lines: one TextMessage per line, each sent (and its id printed) as it is read."""
+    from .message import TextMessage
+
+    reply = Queue(reply_to) if reply_to else None
+    props = [_parse_property(p) for p in properties]
+    headers = dict(delivery_mode=DeliveryMode.NON_PERSISTENT if non_persistent else DeliveryMode.PERSISTENT,
+                   priority=priority, time_to_live=ttl, delivery_delay=delay)
+    ids: list[str] = []
+    with _connect(ctx, client_id, create=create) as conn, _Activity(ctx, "sent", f"to {dest.name}", None) as activity:
+        session = conn.create_session(transacted=transacted)
+        producer = session.create_producer(dest)
+        for number, raw in enumerate(stream, 1):
+            line = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if not _is_utf8(line):
+                raise click.UsageError(f"line {number} is not UTF-8 text: --lines sends TextMessages")
+            msg = TextMessage(line)
+            msg.correlation_id, msg.jms_type, msg.reply_to = correlation_id, jms_type, reply
+            msg.properties.update(props)
+            producer.send(msg, **headers)
+            activity.advance()
+            if transacted:
+                ids.append(str(msg.message_id))  # printed once the commit made them real
+            else:
+                click.echo(msg.message_id)
+                sys.stdout.flush()
+        if transacted:
+            session.commit()
+            for mid in ids:
+                click.echo(mid)
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -430,34 +480,39 @@ def _json_value(v):
     return v
 
 
-def _message_json(msg) -> dict:
+def _message_json(msg, state: str = "processing", size: int | None = None) -> dict:
+    """One message as --json prints it: id, destination, the state directory it was read
+    in, body size, headers, properties, and 'text' (a TextMessage in UTF-8) or 'body_base64'."""
+    import base64
+
     from .message import TextMessage
 
     d = {
-        "id": msg.message_id, "priority": msg.priority, "timestamp": msg.timestamp,
+        "id": msg.message_id, "destination": str(msg.destination) if msg.destination else None, "state": state,
+        "size": len(msg.body) if size is None else size,
+        "priority": msg.priority, "timestamp": msg.timestamp,
         "class": msg.class_letter, "expiration": msg.expiration, "correlation_id": msg.correlation_id,
         "reply_to": str(msg.reply_to) if msg.reply_to else None, "type": msg.jms_type,
         "redelivered": msg.redelivered, "delivery_count": msg.delivery_count,
         "delivery_mode": DeliveryMode(msg.delivery_mode).name,
         "properties": {k: _json_value(p.value) for k, p in msg.properties.items()},
     }
-    if isinstance(msg, TextMessage):
-        try:
-            d["text"] = msg.text
-        except UnicodeDecodeError:
-            d["body_hex"] = msg.body.hex()
+    if isinstance(msg, TextMessage) and _is_utf8(msg.body):
+        d["text"] = msg.text
     else:
-        d["body_hex"] = msg.body.hex()
+        d["body_base64"] = base64.b64encode(msg.body).decode("ascii")
     return d
 
 
-def _print_message(msg, as_json: bool) -> None:
+def _print_message(msg, as_json: bool, state: str = "processing") -> None:
     if as_json:
-        click.echo(json.dumps(_message_json(msg), ensure_ascii=False, default=str))
+        click.echo(json.dumps(_message_json(msg, state), ensure_ascii=False, default=str))
     else:
-        d = _message_json(msg)
-        body = str(d.get("text", d.get("body_hex")))
-        flag = " (redelivered)" if msg.redelivered else ""
+        from .message import TextMessage
+
+        text = isinstance(msg, TextMessage) and _is_utf8(msg.body)
+        body = msg.text if text else msg.body.hex()
+        flag = f" (delivery {msg.delivery_count})" if msg.redelivered else ""
         line = Text.assemble((msg.message_id, "bold"), f" p{msg.priority}{flag}: ", body)  # never markup
         console.print(line, highlight=False, soft_wrap=True)
 
@@ -469,50 +524,86 @@ def _check_selector(selector: str | None) -> None:
     parse_selector(selector)  # InvalidSelectorError: one line, exit 1
 
 
-@main.command()
-@click.argument("queue")
-@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(0),
-              help="Messages to receive (0 = every message until the queue stays empty for --timeout).")
-@click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Seconds to wait for each message (0 = do not wait).")
-@click.option("--selector", help="JMS message selector, e.g. \"JMSPriority > 4 AND region = 'eu'\".")
-@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default=None,
-              help="auto (default): each message is acknowledged as it is received; dups-ok: lazily, in "
-                   "batches; client / transacted: acknowledge / commit once after the last message.  "
-                   "--exec and --output-dir acknowledge each message after its handling succeeded.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (headers, "
-              "properties, and 'text' or 'body_hex').")
-@click.option("--body", "raw_body", is_flag=True,
-              help="Write the raw bodies to standard output, nothing else (streamed, any size).")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write each body to DIR/<message id without 'ID:'>, atomically (a dot-file renamed "
-                   "when complete and synced), print the path, then acknowledge.")
-@click.option("--exec", "command", metavar="CMD",
-              help="Run the shell command CMD once per message, the body on its standard input and "
-                   "the headers and properties in its environment (JMSMessageID, JMSPriority, ..., "
-                   "DROPBOXMQ_PROP_<name>); exit 0 acknowledges, anything else redelivers after a delay.")
-@click.option("--redelivery-delay", type=click.FloatRange(0), default=None,
-              help="Seconds before a message whose --exec failed is tried again; doubles with every "
-                   "attempt up to 30 s (default 0.1); after 10 deliveries it goes to error/.")
-@click.option("--create", is_flag=True, help="Create the queue if it does not exist (otherwise an error).")
-@click.option("--client-id", help="Client id to register (default: generated).")
-@click.pass_context
-def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, raw_body, output_dir, command,
-            redelivery_delay, create, client_id) -> None:
-    """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
-    and print them, or hand each to a command or a directory.  Exit status 3 when no
-    message arrived, except with -n 0 (drain: an already empty queue is success); 1
-    when --exec failed for a message on its last try.
+def _delimiter(ctx, param, value: str | None) -> bytes | None:
+    """--delimiter: backslash escapes as in C (\\n, \\t, \\0, \\x1e)."""
+    import codecs
 
-    \b
-    Examples:
-      dropboxmq receive orders --json
-      dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
-      dropboxmq receive orders --timeout 30      # wait up to 30 s
-      dropboxmq receive images --body > cat.png
-      dropboxmq receive jobs -n 0 --exec 'import-order "$JMSMessageID"'
-      dropboxmq receive uploads -n 0 --output-dir ./inbox
-    """
+    if value is None:
+        return None
+    try:
+        return codecs.escape_decode(value.encode("utf-8", "surrogateescape"))[0]
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}") from None
+
+
+def _consume_options(f):
+    """The options `receive` and `subscribe` share: how many, how long, where the messages go."""
+    for option in reversed([
+        click.option("-n", "--count", default=None, type=click.IntRange(0),
+                     help="Messages to take (0 = every message until none arrives within --timeout). "
+                          "[default: 1; 0 with --follow]"),
+        click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
+                     help="Seconds to wait for each message (0 = do not wait)."),
+        click.option("-f", "--follow", is_flag=True,
+                     help="Keep waiting for messages, like tail -f, until stopped: Ctrl-C or SIGTERM ends the run "
+                          "with exit 0 once the message at hand is done (see --grace)."),
+        click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default=None,
+                     help="auto (default): each message is acknowledged as it is received; dups-ok: lazily, in "
+                          "batches; client / transacted: acknowledge / commit once after the last message.  "
+                          "--exec and --output-dir acknowledge each message after its handling succeeded."),
+        click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message: id, "
+                     "destination, state, size, headers, properties, and 'text' (UTF-8 text) or 'body_base64'."),
+        click.option("--body", "raw_body", is_flag=True,
+                     help="Write the raw bodies to standard output, nothing else (streamed, any size)."),
+        click.option("--delimiter", callback=_delimiter, metavar="TEXT",
+                     help="With --body: write TEXT after each body (C escapes: '\\n', '\\0'); default none."),
+        click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
+                     help="Write each body to DIR/<message id without 'ID:'>, atomically (a dot-file renamed "
+                          "when complete and synced), print the path, then acknowledge."),
+        click.option("--exec", "command", metavar="CMD",
+                     help="Run the shell command CMD once per message, the body on its standard input and "
+                          "the headers and properties in its environment (JMSMessageID, JMSPriority, ..., "
+                          "DROPBOXMQ_PROP_<name>); exit 0 acknowledges, anything else redelivers after a delay. "
+                          "CMD runs in its own process group and never outlives this command."),
+        click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
+                     help="On SIGTERM or Ctrl-C, take no new message and give a running --exec this many seconds "
+                          "to finish (then it is acknowledged as usual); past it, its process group is killed and "
+                          "its message returned to the queue, redelivered.  A second signal ends the grace."),
+        click.option("--max-deliveries", type=click.IntRange(1), default=None,
+                     help="Deliveries before a message goes to error/ (dead letter) instead of back to the "
+                          "queue [default: 10]."),
+        click.option("--redelivery-delay", type=click.FloatRange(0), default=None,
+                     help="Seconds before a message whose --exec failed is tried again; doubles with every "
+                          "attempt up to 30 s (default 0.1)."),
+        click.option("--client-id", help="Client id to register (default: generated)."),
+    ]):
+        f = option(f)
+    return f
+
+
+@dataclass
+class _ConsumeRun:
+    """What one `receive` / `subscribe` run does, from its options."""
+
+    client_id: str | None
+    count: int
+    timeout: float
+    nothing: str  # the line for "nothing arrived", e.g. "no message in orders"
+    make_consumer: Callable[[Any], Any]
+    grace: float
+    max_deliveries: int | None
+    create: bool = False
+
+    def settings(self) -> Any:
+        from .session import Settings
+
+        return None if self.max_deliveries is None else Settings(max_delivery_attempts=self.max_deliveries)
+
+
+def _start_consuming(ctx, selector, count, timeout, follow, ack_mode, as_json, raw_body, delimiter, output_dir,
+                     command, grace, max_deliveries, redelivery_delay, client_id, nothing, make_consumer,
+                     create=False) -> None:
+    """`receive` and `subscribe` after their own checks: validate the shared options, then run."""
     outputs = [flag for flag, given in (("--json", as_json), ("--body", raw_body),
                                         ("--output-dir", output_dir is not None), ("--exec", command is not None))
                if given]
@@ -522,23 +613,59 @@ def receive(ctx, queue, count, timeout, selector, ack_mode, as_json, raw_body, o
         raise click.UsageError(f"{outputs[0]} acknowledges each message after handling it: drop --ack-mode")
     if redelivery_delay is not None and command is None:
         raise click.UsageError("--redelivery-delay applies to --exec")
-    _check_selector(selector)
-    dest = _known_queue(ctx, queue, create)
+    if delimiter is not None and not raw_body:
+        raise click.UsageError("--delimiter applies to --body")
+    if follow and timeout:
+        raise click.UsageError("--follow waits without end: drop --timeout")
+    if follow:
+        timeout = math.inf
+    if count is None:
+        count = 0 if follow else 1
 
     def make(session):
-        consumer = session.create_consumer(dest, selector)
+        consumer = make_consumer(session)
         if redelivery_delay is not None:
             consumer.redelivery_delay = redelivery_delay
         return consumer
 
-    nothing = f"no message in {queue}"
+    run = _ConsumeRun(client_id, count, timeout, nothing, make, grace, max_deliveries, create)
     if command is not None:
-        _handle_each(ctx, client_id, count, timeout, nothing, make, _exec_handler(command))
+        _handle_each(ctx, run, lambda runner, max_deliveries: _exec_handler(command, runner, max_deliveries))
     elif output_dir is not None:
         os.makedirs(output_dir, exist_ok=True)
-        _handle_each(ctx, client_id, count, timeout, nothing, make, _directory_handler(output_dir))
+        _handle_each(ctx, run, lambda runner, max_deliveries: _directory_handler(output_dir))
     else:
-        _consume(ctx, client_id, ack_mode or "auto", count, timeout, as_json, nothing, make, raw_body)
+        _consume(ctx, run, ack_mode or "auto", as_json, raw_body, delimiter or b"")
+
+
+@main.command()
+@click.argument("queue")
+@click.option("--selector", help="JMS message selector, e.g. \"JMSPriority > 4 AND region = 'eu'\".")
+@_consume_options
+@click.option("--create", is_flag=True, help="Create the queue if it does not exist (otherwise an error).")
+@click.pass_context
+def receive(ctx, queue, selector, create, **options) -> None:
+    """Receive (consume) messages from QUEUE in delivery order (priority, then send order)
+    and print them, or hand each to a command or a directory.  Exit status 3 when no
+    message arrived, except with -n 0 (drain: an already empty queue is success) or after
+    a stop; 1 when --exec failed for a message on its last try (it went to error/) or was
+    killed past --grace.  SIGTERM and Ctrl-C stop it cleanly: exit 0, nothing handled twice.
+
+    \b
+    Examples:
+      dropboxmq receive orders --json
+      dropboxmq receive orders -n 0 --selector "region = 'eu'" --ack-mode client
+      dropboxmq receive orders --timeout 30      # wait up to 30 s
+      dropboxmq receive orders --follow --exec ./handle --max-deliveries 3   # a worker, until stopped
+      dropboxmq receive images --body > cat.png
+      dropboxmq receive jobs -n 0 --exec 'import-order "$JMSMessageID"'
+      dropboxmq receive uploads -n 0 --output-dir ./inbox
+    """
+    _check_selector(selector)
+    dest = _known_queue(ctx, queue, create)
+    _start_consuming(ctx, selector=selector, nothing=f"no message in {queue}",
+                     make_consumer=lambda session: session.create_consumer(dest, selector), create=create,
+                     **options)
 
 
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
@@ -557,27 +684,44 @@ def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
                                "or --create)")
 
 
-def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, make_consumer,
-             raw_body: bool = False) -> None:
+def _receive_until(consumer, timeout: float, stop, streamed: bool):
+    """consumer.receive(timeout), in short slices so that a stop request is seen at once."""
+    deadline = None if math.isinf(timeout) else time.monotonic() + timeout
+    while True:
+        left = math.inf if deadline is None else max(0.0, deadline - time.monotonic())
+        wait = min(0.2, left)
+        got = consumer.receive_streamed(wait) if streamed else consumer.receive(wait)
+        if got is not None or stop.requested or left <= wait:
+            return got
+
+
+def _consume(ctx, run: _ConsumeRun, ack_mode: str, as_json: bool, raw_body: bool, delimiter: bytes) -> None:
     """The receive loop shared by `receive` and `subscribe`: print each message (or its raw body)."""
+    from .graceful import StopSignals
+
     mode = ACK_MODES[ack_mode]
     got = 0
     out = sys.stdout.buffer
-    with _connect(ctx, client_id) as conn, _Activity(ctx, "received", nothing.split()[-1], count) as activity:
+    stop = StopSignals(run.grace)
+    with stop, _connect(ctx, run.client_id, create=run.create, settings=run.settings()) as conn, \
+            _Activity(ctx, "received", run.nothing.split()[-1], run.count) as activity:
         session = conn.create_session(transacted=mode == 0, ack_mode=mode or 1)
-        consumer = make_consumer(session)
-        while count == 0 or got < count:
+        consumer = run.make_consumer(session)
+        while (run.count == 0 or got < run.count) and not stop.requested:
             if raw_body:
-                delivered = consumer.receive_streamed(timeout)
+                delivered = _receive_until(consumer, run.timeout, stop, streamed=True)
                 if delivered is None:
                     break
                 with delivered[1] as body:
                     shutil.copyfileobj(body, out, 1 << 20)
+                out.write(delimiter)
+                out.flush()
             else:
-                msg = consumer.receive(timeout)
+                msg = _receive_until(consumer, run.timeout, stop, streamed=False)
                 if msg is None:
                     break
                 _print_message(msg, as_json)
+                sys.stdout.flush()
             got += 1
             activity.advance()
         sys.stdout.flush()  # a closed pipe fails here, before commit/acknowledge: nothing is lost
@@ -586,46 +730,77 @@ def _consume(ctx, client_id, ack_mode, count, timeout, as_json, nothing: str, ma
             session.commit()
         elif mode == 2:
             session.acknowledge()
-    if got == 0 and count != 0:
+    if got == 0 and run.count != 0 and not stop.requested:
         if not as_json:
-            err_console.print(Text(nothing), soft_wrap=True)
+            err_console.print(Text(run.nothing), soft_wrap=True)
         sys.exit(3)
 
 
-def _handle_each(ctx, client_id, count, timeout, nothing: str, make_consumer, handle) -> None:
-    """--exec / --output-dir: each message is acknowledged only once ``handle`` succeeded; a
+def _handle_each(ctx, run: _ConsumeRun, make_handler) -> None:
+    """--exec / --output-dir: each message is acknowledged only once its handler succeeded; a
     failure puts it back, and this consumer tries it again after its redelivery delay (the
-    JMS delivery count decides when it is dead-lettered instead)."""
+    JMS delivery count decides when it is dead-lettered instead).  A stop request (SIGTERM,
+    Ctrl-C) takes no new message and lets the running handler finish within the grace."""
+    from .graceful import HandlerRunner, StopSignals
     from .session import CLIENT_ACKNOWLEDGE
 
     done = 0
     failing: set[str] = set()  # ids whose last try failed
-    with _connect(ctx, client_id) as conn, _Activity(ctx, "handled", nothing.split()[-1], count) as activity:
-        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
-        consumer = make_consumer(session)
-        while count == 0 or done < count:
-            retry = consumer.next_retry_in() if failing else None
-            delivered = consumer.receive_streamed(timeout if retry is None else max(timeout, retry))
-            if delivered is None:
-                if failing and consumer.next_retry_in() is not None:
-                    continue  # a failed message is due again soon: wait for it
-                break
-            msg, body = delivered
-            with body:
-                succeeded = handle(msg, body)
-            if succeeded:
-                session.acknowledge()
-                failing.discard(msg.message_id)
-                done += 1
-                activity.advance()
-            else:
-                session.recover(back_off=True)
-                failing.add(msg.message_id)
-    if failing:
-        _fail(f"{len(failing)} message(s) not handled: back in the queue for a later run, or in error/ "
-              "after their last delivery")
-    if done == 0 and count != 0:
-        err_console.print(Text(nothing), soft_wrap=True)
+    dead: list[str] = []  # ids that failed on their last delivery: dead letters
+    killed: list[str] = []  # ids whose handler outlasted the grace
+    stop = StopSignals(run.grace)
+    runner = HandlerRunner(stop)
+    try:
+        with stop, _connect(ctx, run.client_id, create=run.create, settings=run.settings()) as conn, \
+                _Activity(ctx, "handled", run.nothing.split()[-1], run.count) as activity:
+            handle = make_handler(runner, conn.settings.max_delivery_attempts)
+            session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+            consumer = run.make_consumer(session)
+            while (run.count == 0 or done < run.count) and not stop.requested:
+                retry = consumer.next_retry_in() if failing else None
+                delivered = _receive_until(consumer, run.timeout if retry is None else max(run.timeout, retry),
+                                           stop, streamed=True)
+                if delivered is None:
+                    if stop.requested:
+                        break
+                    if failing and consumer.next_retry_in() is not None:
+                        continue  # a failed message is due again soon: wait for it
+                    break
+                msg, body = delivered
+                if stop.requested:  # claimed as the stop came, never handled: back it goes
+                    body.close()
+                    session.recover()
+                    break
+                with body:
+                    outcome = handle(msg, body)
+                if outcome is None:  # killed past the grace
+                    session.recover()
+                    killed.append(msg.message_id)
+                    break
+                if outcome:
+                    session.acknowledge()
+                    failing.discard(msg.message_id)
+                    done += 1
+                    activity.advance()
+                elif msg.delivery_count >= conn.settings.max_delivery_attempts:
+                    session.recover()  # without a delay: the next claim dead-letters it at once
+                    dead.append(msg.message_id)
+                    failing.discard(msg.message_id)
+                else:
+                    session.recover(back_off=True)
+                    failing.add(msg.message_id)
+    finally:
+        runner.close()
+    if killed:
+        _fail(f"--exec for {killed[0]} outlasted --grace {run.grace:g} s: killed; the message is back in the "
+              "queue, redelivered")
+    if dead:
+        _fail(f"dead-lettered to error/ after their last delivery: {', '.join(dead)} (see 'dropboxmq browse "
+              f"{run.nothing.split()[-1]} --state error', 'dropboxmq redrive')")
+    if failing and not stop.requested:
+        _fail(f"{len(failing)} message(s) not handled, back in the queue for a later run: {', '.join(sorted(failing))}")
+    if done == 0 and run.count != 0 and not stop.requested:
+        err_console.print(Text(run.nothing), soft_wrap=True)
         sys.exit(3)
 
 
@@ -648,14 +823,18 @@ def message_environment(msg) -> dict[str, str]:
     return env
 
 
-def _exec_handler(command: str):
-    def run(msg, body) -> bool:
+def _exec_handler(command: str, runner, max_deliveries: int):
+    def run(msg, body) -> bool | None:
         sys.stdout.flush()  # the handler writes to the same standard output
         env = {**os.environ, **message_environment(msg)}
-        status = subprocess.run(command, shell=True, stdin=body, env=env).returncode
+        status = runner.run(command, body, env)
+        if status is None:
+            return None
         if status != 0:
+            last = msg.delivery_count >= max_deliveries
+            what = "no retries left: it goes to error/" if last else "it will be redelivered"
             err_console.print(Text(f"--exec exited with status {status} for {msg.message_id} (delivery "
-                                   f"{msg.delivery_count}): it will be redelivered"), soft_wrap=True)
+                                   f"{msg.delivery_count} of {max_deliveries}): {what}"), soft_wrap=True)
         return status == 0
     return run
 
@@ -705,23 +884,17 @@ def _directory_handler(directory: Path):
 @click.option("--name", "shared_name", metavar="NAME", help="Name of a shared non-durable subscription.")
 @click.option("--selector", help="JMS message selector, applied when messages are published.")
 @click.option("--no-local", is_flag=True, help="Skip messages published with the same client id.")
-@click.option("-n", "--count", default=1, show_default=True, type=click.IntRange(0),
-              help="Messages to receive (0 = until none arrives within --timeout).")
-@click.option("-t", "--timeout", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Seconds to wait for each message (a non-durable subscription only sees what is "
-                   "published while it waits).")
-@click.option("--ack-mode", type=click.Choice(list(ACK_MODES)), default="auto", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message.")
-@click.option("--client-id", help="Client id (required by unshared durable subscriptions).")
+@_consume_options
 @click.pass_context
-def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local, count, timeout, ack_mode,
-              as_json, client_id) -> None:
-    """Subscribe to TOPIC and print the messages received.  Exit status 3 when none arrived.
+def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local, **options) -> None:
+    """Subscribe to TOPIC and print the messages received, or hand each to a command or a
+    directory (--exec, --body, --output-dir: as for receive).  Exit status 3 when none
+    arrived.  A non-durable subscription only sees what is published while it waits.
 
     \b
     Examples:
       dropboxmq subscribe news.sport --durable scores --client-id board -n 0
-      dropboxmq subscribe jobs --shared --durable workers -n 10 --timeout 5
+      dropboxmq subscribe jobs --shared --durable workers --follow --exec ./work
       dropboxmq subscribe news --selector "team = 'red'" --timeout 60
     """
     from .message import Topic
@@ -734,7 +907,7 @@ def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local,
         raise click.UsageError("--name names a shared subscription: add --shared")
     if shared and no_local:
         raise click.UsageError("shared subscriptions have no --no-local (JMS 2.0)")
-    if durable_name and not shared and not client_id:
+    if durable_name and not shared and not options["client_id"]:
         raise click.UsageError("an unshared durable subscription needs --client-id")
 
     def make(session):
@@ -746,7 +919,7 @@ def subscribe(ctx, topic, durable_name, shared, shared_name, selector, no_local,
             return session.create_durable_consumer(dest, durable_name, selector, no_local)
         return session.create_consumer(dest, selector, no_local)
 
-    _consume(ctx, client_id, ack_mode, count, timeout, as_json, f"no message on {topic}", make)
+    _start_consuming(ctx, selector=selector, nothing=f"no message on {topic}", make_consumer=make, **options)
 
 
 @main.command()
@@ -785,30 +958,87 @@ def distribute(ctx, follow, client_id) -> None:
 
 @main.command()
 @click.argument("queue")
+@click.option("--state", default="target", show_default=True, type=click.Choice(list(STATE_DIRS)),
+              help="Which state directory to show: target (waiting), processing (in flight), processed, "
+                   "expired, error (dead letters), working (not yet sent).")
 @click.option("--selector", help="Only messages matching this JMS selector.")
 @click.option("-n", "--limit", type=click.IntRange(0), default=0, help="Show at most this many (0 = all).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line and message (as receive --json, "
+              "with the state it is in).")
 @click.pass_context
-def browse(ctx, queue, selector, limit, as_json) -> None:
-    """Show QUEUE's waiting messages in delivery order (priority, then send order),
-    moving nothing.  Expired and delayed messages are not shown."""
+def browse(ctx, queue, state, selector, limit, as_json) -> None:
+    """Show QUEUE's messages in one state directory in delivery order (priority, then send
+    order), moving nothing.  In target/ (the default), expired and delayed messages are not
+    shown; --state error lists the dead letters (send them back with 'dropboxmq redrive').
+
+    \b
+    Examples:
+      dropboxmq browse orders --json | jq .text
+      dropboxmq browse orders --state error          # dead letters, with their delivery counts
+    """
+    from . import layout
+    from .operations import messages_in
+    from .session import parse_selector
+
     _check_selector(selector)
     dest = _known_queue(ctx, queue, create=False)
+    if state != State.NEW.value:
+        matches = parse_selector(selector)
+        box = layout.queue_box(require_root(ctx), dest)
+        shown = 0
+        for stored in messages_in(box, State(state)):
+            if limit and shown >= limit:
+                break
+            if matches is not None and not matches.matches(stored.message):
+                continue
+            stored.message.destination = dest
+            _print_message(stored.message, as_json, state)
+            shown += 1
+        return
     with _connect(ctx) as conn:
         browser = conn.create_session().create_browser(dest, selector)
         for i, msg in enumerate(browser):
             if limit and i >= limit:
                 break
-            _print_message(msg, as_json)
+            _print_message(msg, as_json, state)
+
+
+@main.command()
+@click.argument("queue")
+@click.option("-n", "--limit", type=click.IntRange(0), default=0, help="Redrive at most this many, oldest "
+              "first (0 = all).")
+@click.pass_context
+def redrive(ctx, queue, limit) -> None:
+    """Send QUEUE's dead letters (error/) back to the queue to be consumed again: the same
+    message id, class, headers, properties and body, the delivery count starting over
+    (as SQS's redrive and RabbitMQ's shovel do).  Prints each message id.
+
+    \b
+    Examples:
+      dropboxmq browse orders --state error      # look first
+      dropboxmq redrive orders --limit 10
+    """
+    from . import layout
+    from .operations import redrive as redrive_box
+
+    root = require_root(ctx)
+    box = layout.queue_box(root, _known_queue(ctx, queue, create=False))
+    done = 0
+    for msg in redrive_box(root, box, queue, limit):
+        click.echo(f"{msg.message_id} redriven to {queue}")
+        done += 1
+    err_console.print(Text(f"redrove {done} dead letter(s) to {queue}"), soft_wrap=True, highlight=False)
 
 
 STAT_FORMATS = ("table", "json", "prometheus")
 
 
 @main.command()
+@click.argument("destinations", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(STAT_FORMATS), default="table", show_default=True,
-              help="table; json: one object, destination -> state directory -> count, plus "
-                   "oldest_age_seconds; prometheus: the node_exporter textfile-collector format.")
+              help="table; json: {\"time\": ..., \"destinations\": {name: {state directory: count, ..., "
+                   "oldest_age_seconds}}} (with --watch, one such line per refresh, plus *_growth); prometheus: "
+                   "the node_exporter textfile-collector format, gauges and counters.")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds until Ctrl-C, with the growth of "
               "error/ and expired/ since the start (json: one line per refresh).")
@@ -817,19 +1047,32 @@ STAT_FORMATS = ("table", "json", "prometheus")
 @click.option("--times", type=click.IntRange(0), default=0, help="With --watch: stop after this many refreshes "
               "(0 = until Ctrl-C).")
 @click.pass_context
-def stat(ctx, fmt, as_json, watch, interval, times) -> None:
-    """Count the messages in each state of every destination under the root, with the age
-    of the oldest waiting message (target/).
+def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
+    """Count the messages in each state of the named DESTINATIONS (queues, or topic:NAME!SUB
+    as listed), or of every destination under the root, with the age of the oldest waiting
+    message (target/).
 
     \b
     Examples:
       dropboxmq stat
+      dropboxmq stat orders invoices --json | jq '.destinations.orders.target'
       dropboxmq stat --watch --interval 5
-      dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \\
+      dropboxmq stat --format prometheus > /var/lib/node_exporter/dropboxmq.prom.tmp && \
         mv /var/lib/node_exporter/dropboxmq.prom.tmp /var/lib/node_exporter/dropboxmq.prom
     """
     root = require_root(ctx)
     fmt = "json" if as_json else fmt
+    if destinations:
+        known = [name for name, _ in _all_dropboxes(root)]
+        for name in destinations:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise click.UsageError(f"no destination {name!r} under {root}{hint}")
+
+    def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
+        return _queue_stats(root, destinations)
+
     if not watch:
         _show_stat(root, fmt, queue_stats(root), None)
         return
@@ -858,14 +1101,24 @@ def stat(ctx, fmt, as_json, watch, interval, times) -> None:
         return
 
 
+def _all_dropboxes(root: Path):
+    from . import layout
+
+    return layout.all_dropboxes(root)
+
+
 def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
     """destination -> {state directory: count, ..., "oldest_age_seconds": age of the oldest
     file in target/ (seconds since it was written), or None when target/ is empty}."""
-    from . import layout
+    return _queue_stats(root, ())
 
+
+def _queue_stats(root: Path, only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     now = time.time()
     stats: dict[str, dict[str, Any]] = {}
-    for name, box in layout.all_dropboxes(root):
+    for name, box in _all_dropboxes(root):
+        if only and name not in only:
+            continue
         row: dict[str, Any] = {d: box.count(State(d)) for d in STATE_DIRS}
         row["oldest_age_seconds"] = _oldest_age(box.dir(State.NEW), now)
         stats[name] = row
@@ -895,8 +1148,22 @@ def stat_growth(current: dict[str, dict[str, Any]], first: dict[str, dict[str, A
             for name, row in current.items()}
 
 
-def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
-    """The textfile-collector format: gauges per destination (and state directory)."""
+#: counter name -> (help, the state directories whose files and removals it adds up)
+PROMETHEUS_COUNTERS = {
+    "dropboxmq_messages_sent_total": ("Messages ever sent (now in target/ or later, or removed from there).",
+                                      ("target", "processing", "processed", "expired", "error")),
+    "dropboxmq_messages_acknowledged_total": ("Messages ever acknowledged (processed/, pruned included).",
+                                              ("processed",)),
+    "dropboxmq_messages_expired_total": ("Messages ever expired (expired/, pruned included).", ("expired",)),
+    "dropboxmq_messages_dead_lettered_total": ("Messages ever dead-lettered (error/, pruned or redriven "
+                                               "included).", ("error",)),
+}
+
+
+def prometheus_text(stats: dict[str, dict[str, Any]], removed: dict[str, dict[str, int]] | None = None) -> str:
+    """The textfile-collector format: gauges per destination (and state directory), and
+    counters that stay monotonic when prune removes files (``removed``: what was ever removed
+    from each state directory, operations.removed_totals)."""
     def label(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -910,21 +1177,33 @@ def prometheus_text(stats: dict[str, dict[str, Any]]) -> str:
     for name, row in stats.items():
         lines.append(f'dropboxmq_oldest_message_age_seconds{{destination="{label(name)}"}} '
                      f'{row["oldest_age_seconds"] or 0}')
+    removed = removed or {}
+    for metric, (text, states) in PROMETHEUS_COUNTERS.items():
+        lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
+        for name, row in stats.items():
+            gone = removed.get(name, {})
+            total = sum(row[d] + gone.get(d, 0) for d in states)
+            lines.append(f'{metric}{{destination="{label(name)}"}} {total}')
     return "\n".join(lines) + "\n"
 
 
 def _show_stat(root: Path, fmt: str, stats: dict[str, dict[str, Any]], first: dict[str, dict[str, Any]] | None) -> None:
-    if fmt == "json":
+    if fmt == "json":  # one shape, watched or not
         if first is not None:
             growth = stat_growth(stats, first)
             stats = {name: {**row, **growth[name]} for name, row in stats.items()}
-            click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
-        else:
-            click.echo(json.dumps(stats))
+        click.echo(json.dumps({"time": round(time.time(), 3), "destinations": stats}))
     elif fmt == "prometheus":
-        click.echo(prometheus_text(stats), nl=False)
+        from .operations import removed_totals
+
+        click.echo(prometheus_text(stats, removed_totals(root)), nl=False)
     else:
-        console.print(_stat_table(root, stats, first))
+        # piped: as wide as the table needs (a terminal's width is the terminal's)
+        table = _stat_table(root, stats, first)
+        if console.is_terminal:
+            console.print(table)
+        else:
+            Console(width=10_000).print(table)
 
 
 def _age_text(seconds: float | None) -> str:
@@ -965,11 +1244,13 @@ def _stat_table(root: Path, stats: dict[str, dict[str, Any]], first: dict[str, d
 @click.option("--release", "release", multiple=True, metavar="CLIENT",
               help="CLIENT (e.g. a Spark query's spark-<hash>) is gone for good: drop its checkpoint "
                    "hold so its claims are redelivered like any dead owner's. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.pass_context
-def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> None:
+def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release, as_json) -> None:
     """Recover after crashes: finish dead owners' transactions (roll forward or back),
     redeliver their in-flight messages, quarantine orphaned working/ files and expire
-    overdue messages.  Prints a JSON report; exit status 1 if anything could not be fixed.
+    overdue messages.  Prints what it did (--json: a JSON report); exit status 1 if
+    anything could not be fixed.
     Safe to run at any time: live clients, and clients whose claims a still existing
     checkpoint holds (Spark queries), are never touched."""
     from .clients import release_hold
@@ -981,9 +1262,22 @@ def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release) -> N
             raise click.UsageError(f"--release {client}: no checkpoint hold for that client id")
     report = run_recovery(root, orphan_age=orphan_age, quarantine_orphans=not discard_orphans,
                           assume_unknown_dead=assume_unknown_dead)
-    click.echo(json.dumps(report.as_dict()))
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        _print_recovery(report.as_dict())
     if report.errors:
         sys.exit(1)
+
+
+def _print_recovery(report: dict[str, Any]) -> None:
+    """The recovery report for people: one line per kind of work done, then each error."""
+    done = [f"{len(v) if isinstance(v, (list, dict)) else v} {k.replace('_', ' ')}" for k, v in report.items()
+            if k not in ("errors", "transactions") and v]
+    done += [f"{n} transaction(s) {how}" for how, n in report["transactions"].items() if n]
+    click.echo("recovered: " + (", ".join(done) if done else "nothing to do"))
+    for error in report["errors"]:
+        click.echo(f"could not fix: {error}")
 
 
 @main.command()
@@ -999,14 +1293,28 @@ def purge(ctx, queue, states, yes) -> None:
     from . import layout
     from .lifecycle import Move
 
+    from .operations import record_removed
+
     box = layout.queue_box(ctx.obj["root"], _known_queue(ctx, queue, create=False))
     if not yes:
-        click.confirm(f"delete every message of {queue} in {', '.join(states)}?", abort=True)
+        question = f"delete every message of {queue} in {', '.join(states)}?"
+        if sys.stdin.isatty():
+            click.confirm(question, abort=True)
+        else:  # a script: an answer on standard input, or --yes; no prompt left hanging
+            answer = sys.stdin.readline()
+            if not answer:
+                raise click.UsageError("purge deletes messages: confirm with --yes (no answer on standard input)")
+            if answer.strip().lower() not in ("y", "yes"):
+                _fail(f"not confirmed ({answer.strip()!r}): nothing purged")
     removed = 0
+    per_state: dict[str, int] = {}
     for d in states:
         st = State(d)
         for name in box.list(st):
-            removed += box.move(Move.PURGE, st, name)
+            if box.move(Move.PURGE, st, name):
+                removed += 1
+                per_state[d] = per_state.get(d, 0) + 1
+    record_removed(ctx.obj["root"], queue, per_state)
     click.echo(f"purged {removed} messages from {queue}")
 
 
@@ -1056,7 +1364,7 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
         or list(layout.all_dropboxes(root))
     total = PruneResult()
     for name, box in boxes:
-        done = prune_box(box, states, older_than, dry_run)
+        done = prune_box(box, states, older_than, dry_run, root=root)
         if done.matched:
             verb = "would delete" if dry_run else "deleted"
             click.echo(f"{name}: {verb} {done.matched if dry_run else done.removed} "

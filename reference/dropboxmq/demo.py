@@ -28,7 +28,7 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
     from .session import Connection
 
     started = time.perf_counter()
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         producer = conn.create_session().create_producer(Queue(queue))
         for seq in range(count):
             msg = TextMessage(body=f"message {seq} from producer {index}".encode())
@@ -44,12 +44,13 @@ def _consume(root: str, queue: str, index: int, producers_done, results) -> None
 
     got: list[tuple[int, int, int]] = []
     started = time.perf_counter()
-    with Connection(root) as conn:
+    with Connection(root, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue(queue))
         while True:
             msg = consumer.receive(0.2)
             if msg is not None:
-                got.append((msg.get_property("run"), msg.get_property("producer"), msg.get_property("seq")))
+                run, producer, seq = (int(msg.get_property(name, -1)) for name in ("run", "producer", "seq"))
+                got.append((run, producer, seq))
             elif producers_done.is_set():
                 if consumer.receive(0.3) is None:  # one last look after the producers finished
                     break

@@ -2,7 +2,7 @@
 
 __all__ = [
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
-    "InvalidSelectorError", "IllegalStateError", "MessageFormatError", "TransactionRolledBackError",
+    "InvalidSelectorError", "IllegalStateError", "RootNotFoundError", "QueueNotFoundError", "MessageFormatError", "TransactionRolledBackError",
     "TransactionInDoubtError", "NameTooLongError", "StoreError", "UnsupportedFileSystemError",
 ]
 
@@ -21,6 +21,16 @@ class InvalidDestinationError(JMSException):
 
 class InvalidClientIDError(JMSException):
     pass
+
+
+class RootNotFoundError(JMSException):
+    """The dropbox root does not exist (or is not a directory).  Nothing is created unless
+    asked: ``Connection(root, create=True)`` or ``dropboxmq init``."""
+
+
+class QueueNotFoundError(InvalidDestinationError):
+    """A queue that does not exist under the root (a typo creates nothing): create it with
+    ``connection.create_queue(name)``, ``dropboxmq init NAME`` or ``Connection(root, create=True)``."""
 
 
 class InvalidSelectorError(JMSException):

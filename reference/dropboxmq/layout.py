@@ -11,7 +11,7 @@ from .store import Dropbox, is_real_dir
 
 __all__ = [
     "DEFAULT_ROOT", "TOPIC_ROOT", "INTERNAL", "queue_box", "topic_dir", "topic_incoming",
-    "subscriptions_dir", "all_dropboxes",
+    "subscriptions_dir", "all_dropboxes", "display_name",
 ]
 
 DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
@@ -67,3 +67,14 @@ def all_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
                 if box.exists():
                     yield f"topic:{topic_name}!{sub}", box
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+
+
+def display_name(root: Path, box_path: Path) -> str:
+    """The name all_dropboxes gives the dropbox at ``box_path``."""
+    parts = Path(os.path.relpath(box_path, root)).parts
+    if parts[:1] != (TOPIC_ROOT,):
+        return parts[0]
+    if ".subscriptions" in parts:
+        at = parts.index(".subscriptions")
+        return f"topic:{'.'.join(parts[1:at])}!{parts[at + 1]}"
+    return f"topic:{'.'.join(parts[1:-1])}"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, overload
 
 from .bodies import decode_map, decode_stream, encode_map, encode_stream
 from .errors import InvalidDestinationError, MessageFormatError
-from .values import Property
+from .values import Property, PropertyValue
+
+_Default = TypeVar("_Default")
 
 __all__ = [
     "validate_name", "name_bytes", "Queue", "Topic", "Destination", "DeliveryMode", "DEFAULT_PRIORITY",
@@ -142,7 +144,13 @@ class Message:
             raise MessageFormatError("property name must be a non-empty string")
         self.properties[name] = Property.of(value, type_)
 
-    def get_property(self, name: str, default: Any = None) -> Any:
+    @overload
+    def get_property(self, name: str) -> PropertyValue | None: ...
+
+    @overload
+    def get_property(self, name: str, default: _Default) -> PropertyValue | _Default: ...
+
+    def get_property(self, name: str, default: object = None) -> object:
         prop = self.properties.get(name)
         return default if prop is None else prop.value
 

@@ -9,6 +9,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import lifecycle
 from .lifecycle import Move, State
@@ -39,11 +40,13 @@ class PruneResult:
 
 
 def prune(box: Dropbox, states: list[str], older_than: float, dry_run: bool = False,
-          now: float | None = None, result: PruneResult | None = None) -> PruneResult:
+          now: float | None = None, result: PruneResult | None = None, root: Path | None = None) -> PruneResult:
     """PURGE the files of ``states`` (names from TERMINAL) that entered that state more than
-    ``older_than`` seconds ago (the file's change time: a rename sets it)."""
+    ``older_than`` seconds ago (the file's change time: a rename sets it).  With ``root``,
+    what is removed is tallied for the monotonic counters (operations.record_removed)."""
     cutoff = (time.time() if now is None else now) - older_than
     result = result or PruneResult()
+    removed_here: dict[str, int] = {}
     for d in states:
         state = TERMINAL[d]
         try:
@@ -64,4 +67,10 @@ def prune(box: Dropbox, states: list[str], older_than: float, dry_run: bool = Fa
             result.bytes += st.st_size
             if not dry_run and box.move(Move.PURGE, state, entry.name):
                 result.removed += 1
+                removed_here[d] = removed_here.get(d, 0) + 1
+    if root is not None and removed_here:
+        from .layout import display_name
+        from .operations import record_removed
+
+        record_removed(root, display_name(root, box.path), removed_here)
     return result

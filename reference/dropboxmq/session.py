@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import difflib
 import enum
 import errno
 import functools
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, U
 from . import claims, codec, ids, layout, retention, topics
 from .decision import ClaimSettings, Verdict, decide
 from .clients import Registration
-from .errors import IllegalStateError, InvalidDestinationError, StoreError
+from .errors import IllegalStateError, InvalidDestinationError, QueueNotFoundError, RootNotFoundError, StoreError
 from .lifecycle import Move, State
 from .message import (
     BytesMessage,
@@ -61,7 +62,7 @@ __all__ = [
     "Settings", "to_wire", "from_wire", "Connection", "TemporaryQueue", "TemporaryTopic", "Delivery",
     "Session", "MessageProducer", "temporary_gone", "create_copy", "Body", "as_message", "body_of",
     "parse_selector", "delete_temporary", "MessageListener", "MessageConsumer",
-    "QueueBrowser",
+    "QueueBrowser", "check_root", "missing_queue",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -114,9 +115,42 @@ class Settings:
 # ---------------------------------------------------------------- connection
 
 
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_root(root: Path) -> None:
+    """Raise RootNotFoundError (with a did-you-mean among its siblings) unless ``root`` is an
+    existing directory."""
+    if root.is_dir():
+        return
+    if root.exists() or root.is_symlink():
+        raise RootNotFoundError(f"dropbox root {str(root)!r} is not a directory")
+    try:
+        siblings = [p.name for p in root.parent.iterdir() if p.is_dir()]
+    except OSError:
+        siblings = []
+    hint = _did_you_mean(root.name, siblings)
+    raise RootNotFoundError(f"no dropbox root at {str(root)!r}{hint} (create one with Connection(root, create=True) "
+                            "or 'dropboxmq --root ROOT init QUEUE')")
+
+
+def missing_queue(root: Path, queue: Queue) -> QueueNotFoundError:
+    """The error for a queue that does not exist under ``root``, with a did-you-mean."""
+    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    return QueueNotFoundError(f"no queue {queue.name!r} under {root}{_did_you_mean(queue.name, known)} (create it "
+                              f"with connection.create_queue({queue.name!r}) or 'dropboxmq init {queue.name}')")
+
+
 class Connection:
     """A connection to one root.  ``client_id`` is registered (and locked) under
-    ``dropboxmq/clients/``; without one, a 1.2-style id is generated."""
+    ``dropboxmq/clients/``; without one, a 1.2-style id is generated.
+
+    The root must exist and so must every queue used (a typo is a ``RootNotFoundError`` or
+    ``QueueNotFoundError`` with a did-you-mean, and creates nothing): make them with
+    ``dropboxmq init`` or ``create_queue()``.  ``create=True`` creates the root, and each queue
+    as it is first used."""
 
     def __init__(
         self,
@@ -124,11 +158,18 @@ class Connection:
         client_id: str | None = None,
         settings: Settings | None = None,
         *,
+        create: bool = False,
         allow_network_fs: bool = False,
     ):
         self.root = Path(root)
+        self.create = create
         self.settings = settings or Settings(allow_network_fs=allow_network_fs)
-        os.makedirs(self.root, exist_ok=True)
+        if create:
+            try:
+                os.makedirs(self.root, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                pass  # check_root says what stands in the way
+        check_root(self.root)
         check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
         ensure_layout(self.root)
         generated = client_id is None
@@ -146,11 +187,35 @@ class Connection:
         self._queue_boxes: dict[str, Dropbox] = {}
 
     @classmethod
-    def from_env(cls, settings: Settings | None = None) -> "Connection":
-        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (else
-        ./var/dropbox), the client id from $DROPBOXMQ_CLIENT_ID (else generated)."""
-        root = os.environ.get("DROPBOXMQ_ROOT") or layout.DEFAULT_ROOT
-        return cls(root, os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings)
+    def from_env(cls, settings: Settings | None = None, *, client_id: str | None = None,
+                 create: bool = False) -> "Connection":
+        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (required), the
+        client id from ``client_id``, else $DROPBOXMQ_CLIENT_ID, else generated."""
+        root = os.environ.get("DROPBOXMQ_ROOT")
+        if not root:
+            raise RootNotFoundError("DROPBOXMQ_ROOT is not set: export DROPBOXMQ_ROOT=/path/to/root (made by "
+                                    "'dropboxmq --root /path/to/root init QUEUE'), or use Connection(root)")
+        return cls(root, client_id or os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings, create=create)
+
+    def create_queue(self, queue: "str | Queue") -> Queue:
+        """Create ``queue`` (a name or a Queue) with its state directories, as ``dropboxmq init``
+        does; safe to repeat.  Returns the Queue."""
+        self._check_open()
+        dest = Queue(queue) if isinstance(queue, str) else queue
+        self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
+        return dest
+
+    def queue_box(self, queue: Queue) -> Dropbox:
+        """The dropbox of an existing queue (created first when the connection has ``create``)."""
+        box = self._queue_boxes.get(queue.name)
+        if box is None:  # look (or make the directories) once per connection, not once per send
+            box = layout.queue_box(self.root, queue)
+            if self.create:
+                box.ensure()
+            elif not box.exists():
+                raise missing_queue(self.root, queue)
+            self._queue_boxes[queue.name] = box
+        return box
 
     def __enter__(self) -> "Connection":
         return self
@@ -173,11 +238,16 @@ class Connection:
         """Pause delivery to listeners and receives until ``start()``."""
         self._started.clear()
 
-    def close(self) -> None:
+    def close(self, grace: float | None = None) -> None:
+        """Close every session.  A message listener that is running may finish: within
+        ``grace`` seconds (None: however long it takes) its message is acknowledged as usual;
+        past it, the message is returned to the queue (redelivered) and the listener's thread,
+        which Python cannot stop, is left to end on its own."""
         if self._closed:
             return
+        deadline = None if grace is None else time.monotonic() + grace
         for s in list(self._sessions):
-            s.close()
+            s.close(grace=None if deadline is None else max(0.0, deadline - time.monotonic()))
         for dest in self._temporary:
             delete_temporary(self.root, dest)
         self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
@@ -241,10 +311,7 @@ class Connection:
         if topics.temporary_owner(dest.name) is not None:
             return self._temporary_boxes(dest, header)
         if isinstance(dest, Queue):
-            box = self._queue_boxes.get(dest.name)
-            if box is None:  # make the directories once per connection, not once per send
-                box = self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
-            return [box]
+            return [self.queue_box(dest)]
         return topics.fan_out_targets(self.root, dest, header, self.client_id)
 
 
@@ -303,6 +370,8 @@ class Session:
         self._lock = threading.RLock()
         self._dispatcher: threading.Thread | None = None
         self._wake = threading.Event()
+        self._stopping = False  # close() began: the dispatcher takes no new message
+        self._in_listener: Delivery | None = None  # the message a listener is handling now
 
     # --- JMS surface
     @property
@@ -329,8 +398,9 @@ class Session:
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
         selector_obj = parse_selector(selector)
-        consumer = MessageConsumer(self, layout.queue_box(self.connection.root, destination).ensure(),
-                                   destination, selector, selector_obj)
+        box = layout.queue_box(self.connection.root, destination).ensure() if owner is not None \
+            else self.connection.queue_box(destination)
+        consumer = MessageConsumer(self, box, destination, selector, selector_obj)
         self._consumers.append(consumer)
         return consumer
 
@@ -385,6 +455,8 @@ class Session:
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
+        if topics.temporary_owner(queue.name) is None:
+            self.connection.queue_box(queue)  # a typo is an error, not an empty browse
         return QueueBrowser(self, queue, selector)
 
     def create_text_message(self, text: str = "") -> TextMessage:
@@ -504,17 +576,30 @@ class Session:
         for c in self._consumers:
             c._scanner.invalidate()
 
-    def close(self) -> None:
-        """Close: roll back an open transaction, redeliver unacked CLIENT messages,
+    def close(self, grace: float | None = None) -> None:
+        """Close: let a running listener finish (within ``grace`` seconds, see
+        Connection.close), roll back an open transaction, redeliver unacked CLIENT messages,
         flush DUPS_OK acks."""
-        with self._lock:
+        if self._closed:
+            return
+        self._stopping = True
+        self._wake.set()
+        overran = False
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            dispatcher.join(grace)
+            overran = dispatcher.is_alive()
+            running = self._in_listener
+            if overran and running is not None:
+                log.warning("message listener still running %s s after close: %s returned to the queue",
+                            grace, running.message.message_id)
+                self._redeliver([running])
+        # an overrunning listener holds the lock: clean up without it (its late ack finds nothing)
+        locked = self._lock.acquire(blocking=not overran)
+        try:
             if self._closed:
                 return
             self._closed = True
-            self._wake.set()
-        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
-            self._dispatcher.join()
-        with self._lock:
             if self.transacted:
                 self._rollback()
             elif self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE:
@@ -526,6 +611,9 @@ class Session:
                 consumer.close()  # ends non-durable subscriptions
             if self in self.connection._sessions:
                 self.connection._sessions.remove(self)
+        finally:
+            if locked:
+                self._lock.release()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -585,7 +673,7 @@ class Session:
 
     def _dispatch_loop(self) -> None:
         wait = 0.001
-        while not self._closed:
+        while not (self._closed or self._stopping):
             if not self.connection._started.is_set():
                 self.connection._started.wait(self.settings.poll_interval)
                 continue
@@ -594,7 +682,7 @@ class Session:
                 if consumer._listener is None or consumer._closed:
                     continue
                 with self._lock:
-                    if self._closed:
+                    if self._closed or self._stopping:
                         return
                     try:
                         d = consumer._claim_next()
@@ -616,6 +704,7 @@ class Session:
 
     def _run_listener(self, consumer: "MessageConsumer", d: Delivery) -> None:
         self._delivered(d, by_listener=True)
+        self._in_listener = d
         try:
             consumer._listener(d.message)  # type: ignore[misc]  # set: the dispatcher checked
         except Exception:
@@ -623,6 +712,8 @@ class Session:
             if self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
                 self._redeliver([d], back_off=True)
             return
+        finally:
+            self._in_listener = None
         if self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
             self._ack_or_return(d)
         elif self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE:
@@ -786,7 +877,7 @@ def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable
 
 
 #: What send() and receive_body() accept and return besides Message objects.
-Body = Union[str, bytes, dict, list]
+Body = Union[str, bytes, dict[str, Any], list[Any]]
 
 
 def as_message(body: "Message | Body") -> Message:
@@ -809,7 +900,7 @@ def as_message(body: "Message | Body") -> Message:
     raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
 
 
-def body_of(msg: Message) -> Any:
+def body_of(msg: Message) -> "Body":
     """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
     if isinstance(msg, TextMessage):
         return msg.text
@@ -963,7 +1054,7 @@ class MessageConsumer:
         d = self._receive(timeout, read_body=True)
         return None if d is None else d.message
 
-    def receive_body(self, timeout: float | None = None) -> Any:
+    def receive_body(self, timeout: float | None = None) -> "Body | None":
         """receive(), returning just the body as Python data (str for a TextMessage, bytes,
         dict for a MapMessage, list for a StreamMessage); None when no message came."""
         msg = self.receive(timeout)
@@ -1078,7 +1169,8 @@ class MessageConsumer:
             finish_dead_commits(self.session.connection.root)  # e.g. a publisher killed mid fan-out
             reclaim_dead_owners(self.session.connection.root, self.box)
             if self.session.settings.retention is not None:
-                retention.prune(self.box, ["processed", "expired"], self.session.settings.retention)
+                retention.prune(self.box, ["processed", "expired"], self.session.settings.retention,
+                                root=self.session.connection.root)
         scanner = self._scanner
         if self._deferred:  # delayed messages whose delivery time has come are eligible again
             now = now_ms()
@@ -1129,7 +1221,8 @@ class MessageConsumer:
         if entry is not None and claims.alias_inode(pname) is None:
             claims.forget(box, box.stat(State.DELIVERED, pname).st_ino)  # the count is in the name now
         if dead_letter:
-            log.warning("%s delivered %d times: dead-lettered", name, count - 1)
+            log.warning("%s delivered %d times: dead-lettered to error/",
+                        header.message_id if header is not None else name, count - 1)
             claims.finish(box, Move.DEAD_LETTER, pname)
             return None
         assert header is not None  # decide() decodes every name it claims

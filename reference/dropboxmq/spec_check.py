@@ -33,6 +33,12 @@ def _states_cell(r: TlcResult | None) -> str:
     return "" if r.generated is None else f"{r.generated:,} simulated"
 
 
+def _tlc_workers(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value != "auto" and not (value.isdigit() and int(value) > 0):
+        raise click.BadParameter(f"{value!r}: a positive number or 'auto'")
+    return value
+
+
 @click.group(name="spec")
 def spec() -> None:
     """The TLA+ specification (spec/): model checking and trace validation with TLC."""
@@ -41,10 +47,17 @@ def spec() -> None:
 @spec.command("check")
 @click.option("--deep", is_flag=True, help="also run the larger models (make spec-deep)")
 @click.option("--only", "only", multiple=True, help="run only models whose name contains NAME")
-@click.option("--workers", default="1", show_default=True, help="TLC -workers per run")
-@click.option("--jobs", default=2, show_default=True, help="TLC runs at a time")
+@click.option("--workers", default="1", show_default=True, callback=_tlc_workers,
+              help="TLC -workers per run: a positive number or 'auto'")
+@click.option("--jobs", default=2, show_default=True, type=click.IntRange(1), help="TLC runs at a time")
 def check_cmd(deep: bool, only: tuple[str, ...], workers: str, jobs: int) -> None:
     """SANY, CI models, mutants, witnesses, coverage; exit 1 on any surprise."""
+    if only:  # a filter that matches nothing would run nothing and pass
+        names = [m.name for m in models(deep, spec_dir())]
+        unmatched = [o for o in only if not any(o in name for name in names)]
+        if unmatched:
+            raise click.BadParameter(f"{unmatched[0]!r} matches no model (models: {', '.join(names)})",
+                                     param_hint="--only")
     require_tlc("dropboxmq spec check")
     from rich.console import Console
     from rich.table import Table

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from .errors import MessageFormatError
 
-__all__ = ["PROPERTY_TYPES", "INT_BITS", "type_letter", "infer_letter", "coerce", "Property"]
+__all__ = ["PROPERTY_TYPES", "INT_BITS", "type_letter", "infer_letter", "coerce", "Property", "PropertyValue"]
+
+#: What a property holds in Python: JMS boolean, byte/short/int/long, float/double, string.
+PropertyValue = Union[bool, int, float, str]
 
 #: JMS property types by 1.2 type letter.
 PROPERTY_TYPES: dict[str, str] = {

@@ -604,13 +604,13 @@ class XASession(Session):
             raise IllegalStateError("rollback() inside a two-phase branch: use tpc_rollback()")
         super().rollback()
 
-    def close(self) -> None:
+    def close(self, grace: float | None = None) -> None:
         """Close: an active branch is rolled back; a prepared one stays prepared
         (it waits for its coordinator's decision)."""
         with self._lock:
             if self._xa_state in ("prepared", "aborted"):
                 self._xid, self._xa_state = None, "idle"
-        super().close()
+        super().close(grace)
 
     @property
     def xa_state(self) -> str:

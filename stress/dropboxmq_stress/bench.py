@@ -378,7 +378,7 @@ class Reference:
 
         self.bench, self.Queue, self.TextMessage = bench, Queue, TextMessage
         self.P, self.NP = DeliveryMode.PERSISTENT, DeliveryMode.NON_PERSISTENT
-        self.conn = Connection(bench.root / f"reference-{round_}", f"bench{round_}")
+        self.conn = Connection(bench.root / f"reference-{round_}", f"bench{round_}", create=True)
         self.session = self.conn.create_session()
         # warm up imports, caches and the directories (untimed)
         for q in ("warmup", "p", "np", "bulk", "tx"):
@@ -661,7 +661,7 @@ def backlog_phase(bench: Bench, backlogs: list[int], sample: int, budget: float,
     from dropboxmq.session import Connection
 
     root = bench.root / "backlog"
-    conn = Connection(root, "backlog")
+    conn = Connection(root, "backlog", create=True)
     session = conn.create_session()
     stamp = time.time_ns() // 1_000_000 * 1000
     counters: dict[int, int] = {}
@@ -767,7 +767,7 @@ def _consumer_worker(root: str, queue: str, client: str, barrier, results) -> No
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client)
+    conn = Connection(root, client, create=True)
     session = conn.create_session()
     consumer = session.create_consumer(Queue(queue))
     target = os.path.join(root, queue, "incoming", "target")
@@ -793,7 +793,7 @@ def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> Non
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, "mc-setup")
+    conn = Connection(root, "mc-setup", create=True)
     session = conn.create_session()
     stamp = time.time_ns() // 1_000_000 * 1000
     for r in range(bench.phase_rounds):
@@ -849,7 +849,7 @@ def peak():  # high-water mark of this process's resident memory, bytes: VmHWM, 
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024
 
 root, size, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with Connection(root, "memory-" + what) as conn:
+with Connection(root, "memory-" + what, create=True) as conn:
     session = conn.create_session()
     if what.startswith("backlog:"):  # consume `size` messages of a big backlog: the whole process's peak
         consumer = session.create_consumer(Queue(what.split(":", 1)[1]))

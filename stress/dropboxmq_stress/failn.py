@@ -41,7 +41,7 @@ def _setup(root: Path, n: int) -> list[str]:
     from dropboxmq.session import Connection
 
     values = [f"setup-{i}" for i in range(n)]
-    with Connection(root, client_id="setup") as conn:
+    with Connection(root, client_id="setup", create=True) as conn:
         s = conn.create_session()
         p = s.create_producer(Queue(QUEUE))
         for v in values:
@@ -63,7 +63,7 @@ def _child(op: str, action: str, n: int, rename_path: str, root: str, hist_dir: 
                                                     via=fr.via, nemesis=True, detail=f"{fr.action}@{fr.kind}#{fr.n}"))
     faults.install(plan, rename_path)
     settings = Settings(poll_interval=0.001, scan_interval=0.0, recovery_interval=1e9)
-    conn = Connection(root, client_id="t1.1", settings=settings)
+    conn = Connection(root, client_id="t1.1", settings=settings, create=True)
     q = Queue(QUEUE)
     outcome = "ok"
 

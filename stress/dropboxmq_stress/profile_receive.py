@@ -27,7 +27,7 @@ def profile(messages: int, top: int) -> str:
 
     root = Path(tempfile.mkdtemp(prefix="dropboxmq-profile-"))
     try:
-        with Connection(root, "profiler") as conn:
+        with Connection(root, "profiler", create=True) as conn:
             session = conn.create_session()
             producer = session.create_producer(Queue("q"))
             producer.send_many([TextMessage(body=b"x" * 100) for _ in range(messages)],

@@ -48,7 +48,7 @@ def _fill(root: Path, messages: int, size: int):
     from dropboxmq.message import DeliveryMode, Queue, TextMessage
     from dropboxmq.session import Connection
 
-    conn = Connection(root, _CLIENT)
+    conn = Connection(root, _CLIENT, create=True)
     session = conn.create_session()
     session.create_producer(Queue("q")).send_many([TextMessage(body=b"x" * size) for _ in range(messages)],
                                                   delivery_mode=DeliveryMode.NON_PERSISTENT)

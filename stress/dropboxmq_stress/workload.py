@@ -149,7 +149,7 @@ def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
     hist.record("info", "start", role="producer", pid=os.getpid())
     rng = random.Random(spec.seed)
     _install_faults(spec, hist)
-    conn = Connection(root, client_id=spec.name, settings=_settings(w))
+    conn = Connection(root, client_id=spec.name, settings=_settings(w), create=True)
     plain = conn.create_session()
     tx = conn.create_session(transacted=True)
     queue = Queue(w.queue)
@@ -221,7 +221,7 @@ def consumer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
     mode = spec.ack_mode
     ack_mode = {"auto": AckMode.AUTO_ACKNOWLEDGE, "client": AckMode.CLIENT_ACKNOWLEDGE,
                 "dups_ok": AckMode.DUPS_OK_ACKNOWLEDGE, "transacted": AckMode.AUTO_ACKNOWLEDGE}[mode]
-    conn = Connection(root, client_id=spec.name, settings=_settings(w))
+    conn = Connection(root, client_id=spec.name, settings=_settings(w), create=True)
     session = conn.create_session(transacted=(mode == "transacted"), ack_mode=ack_mode)
     consumer = session.create_consumer(Queue(w.queue))
     pending: list[str] = []
@@ -297,7 +297,7 @@ def drain(root: str | Path, queue: str, hist_dir: str | Path, name: str = "drain
 
     hist = History(hist_dir, name)
     conn = Connection(root, client_id=name, settings=settings or Settings(poll_interval=0.005,
-                                                                          scan_interval=0.0))
+                                                                          scan_interval=0.0), create=True)
     session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
     consumer = session.create_consumer(Queue(queue))
     n = 0

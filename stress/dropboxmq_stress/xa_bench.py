@@ -47,7 +47,7 @@ SETTINGS = Settings(poll_interval=0.005, scan_interval=0.05, recovery_interval=5
 
 
 def _fill(root: Path, n: int) -> None:
-    with Connection(root, settings=SETTINGS) as c:
+    with Connection(root, settings=SETTINGS, create=True) as c:
         p = c.create_session().create_producer(Q)
         p.send_many([p.session.create_text_message(f"body {i}") for i in range(n)])
 
@@ -56,7 +56,7 @@ def run_2pc(root: Path, dsn: str, n: int, table: str, tm_dir: Path) -> list[floa
     import psycopg
 
     lat = []
-    with Connection(root, settings=SETTINGS) as conn, psycopg.connect(dsn) as pg, \
+    with Connection(root, settings=SETTINGS, create=True) as conn, psycopg.connect(dsn) as pg, \
             Coordinator(tm_dir, "bench") as coord:
         session = xa.create_xa_session(conn)
         consumer = session.create_consumer(Q)
@@ -76,7 +76,7 @@ def run_idempotent(root: Path, dsn: str, n: int, table: str) -> list[float]:
     import psycopg
 
     lat = []
-    with Connection(root, settings=SETTINGS) as conn, psycopg.connect(dsn) as pg:
+    with Connection(root, settings=SETTINGS, create=True) as conn, psycopg.connect(dsn) as pg:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         consumer = session.create_consumer(Q)
         for _ in range(n):
