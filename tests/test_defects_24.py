@@ -143,10 +143,10 @@ def test_10_a_registration_that_cannot_be_written_releases_its_lock(root, monkey
     opened_before = len(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(clients.os, "write", full)
     with pytest.raises(StoreError, match="cannot register client id 'c'"):
-        Connection(root, "c", FAST)
+        Connection(root, "c", FAST, create=True)
     monkeypatch.undo()
     assert len(os.listdir("/proc/self/fd")) == opened_before  # no descriptor leaked
-    with Connection(root, "c", FAST) as conn:  # the id is free again
+    with Connection(root, "c", FAST, create=True) as conn:  # the id is free again
         assert conn.client_id == "c"
 
 
@@ -159,7 +159,7 @@ def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
     from dropboxmq.distributor import distribute
 
     size = 16 << 20
-    with Connection(root, "subscriber", FAST) as conn:
+    with Connection(root, "subscriber", FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("big"), "s").close()
     incoming = layout.topic_incoming(root, Topic("big")).ensure()
     with open(incoming.file(State.NEW, "scan.tiff"), "wb") as f:
@@ -192,7 +192,7 @@ def _break_selector(root: Path, topic: str, sub_dir_prefix: str) -> None:
 def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
     from dropboxmq.distributor import distribute
 
-    with Connection(root, "c", FAST) as conn:
+    with Connection(root, "c", FAST, create=True) as conn:
         session = conn.create_session()
         session.create_durable_consumer(Topic("news"), "bad", selector="region = 'eu'").close()
         good = session.create_durable_consumer(Topic("news"), "good")
@@ -219,19 +219,19 @@ def test_1_a_name_dropped_twice_is_delivered_twice_and_stops_nothing(root):
     from dropboxmq.distributor import distribute
     from dropboxmq.recovery import recover
 
-    with Connection(root, "subscriber", FAST) as conn:
+    with Connection(root, "subscriber", FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("feeds"), "s").close()
     _drop_into_topic(root, "feeds", "latest.csv", b"monday")
     assert distribute(root) == 1
     _drop_into_topic(root, "feeds", "latest.csv", b"tuesday")
     assert distribute(root) == 1  # not in doubt
     assert os.listdir(root / "dropboxmq" / "transaction" / "committing") == []
-    with Connection(root, "worker", FAST) as conn:  # a consumer of an unrelated queue works
+    with Connection(root, "worker", FAST, create=True) as conn:  # a consumer of an unrelated queue works
         session = conn.create_session()
         session.create_producer().send(Queue("other"), "unrelated")
         assert session.create_consumer(Queue("other")).receive_body(timeout=5) == "unrelated"
     assert recover(root).errors == []
-    with Connection(root, "subscriber", FAST) as conn:
+    with Connection(root, "subscriber", FAST, create=True) as conn:
         sub = conn.create_session().create_durable_consumer(Topic("feeds"), "s")
         got = sorted((m.body, m.message_id) for m in sub)
     assert [body for body, _ in got] == [b"monday", b"tuesday"]
@@ -242,7 +242,7 @@ def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root,
     """Whatever keeps one dead publisher's commit from finishing, consumers elsewhere go on."""
     from dropboxmq import transaction
 
-    with Connection(root, "worker", FAST) as conn:
+    with Connection(root, "worker", FAST, create=True) as conn:
         session = conn.create_session()
         session.create_producer().send(Queue("other"), "unrelated")
 
@@ -263,7 +263,7 @@ def _receive_and_die(root: str, queue: str, client_id: str) -> None:
     """A CLIENT_ACKNOWLEDGE consumer that takes one message and dies like kill -9 (no cleanup)."""
     from dropboxmq.session import CLIENT_ACKNOWLEDGE
 
-    conn = Connection(root, client_id, FAST)
+    conn = Connection(root, client_id, FAST, create=True)
     consumer = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(Queue(queue))
     assert consumer.receive(timeout=5) is not None
     os._exit(0)
@@ -272,13 +272,13 @@ def _receive_and_die(root: str, queue: str, client_id: str) -> None:
 def test_2_a_consumer_restarted_with_its_client_id_gets_its_predecessors_messages(root):
     import multiprocessing
 
-    with Connection(root, "sender", FAST) as conn:
+    with Connection(root, "sender", FAST, create=True) as conn:
         conn.create_session().create_producer().send(Queue("jobs"), "job 1")
     child = multiprocessing.get_context("fork").Process(target=_receive_and_die, args=(str(root), "jobs", "worker"))
     child.start()
     child.join()
     assert ls(root, "jobs", "processing") and ls(root, "jobs", "processing")[0].startswith("worker~")
-    with Connection(root, "worker", FAST) as conn:  # the restart, same id
+    with Connection(root, "worker", FAST, create=True) as conn:  # the restart, same id
         msg = conn.create_session().create_consumer(Queue("jobs")).receive(timeout=5)
         assert msg is not None and msg.text == "job 1"
         assert msg.redelivered and msg.delivery_count == 2
@@ -297,7 +297,7 @@ def test_3_recover_redelivers_a_name_with_no_room_as_redelivered(root, name):
     from dropboxmq.session import CLIENT_ACKNOWLEDGE
 
     drop(root, "q", name, b"body")
-    with Connection(root, "c", FAST) as conn:
+    with Connection(root, "c", FAST, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         consumer = session.create_consumer(Queue("q"))
         for delivery in (1, 2, 3):
@@ -334,7 +334,7 @@ def test_4_a_long_name_our_producer_accepts_is_claimed_with_its_owner_and_recove
     from dropboxmq.message import TextMessage
     from dropboxmq.recovery import recover
 
-    with Connection(root, "sender", FAST) as conn:
+    with Connection(root, "sender", FAST, create=True) as conn:
         msg = TextMessage("long")
         msg.set_property("p", "v" * 190)
         conn.create_session().create_producer().send(Queue("q"), msg)
@@ -346,7 +346,7 @@ def test_4_a_long_name_our_producer_accepts_is_claimed_with_its_owner_and_recove
     (pname,) = ls(root, "q", "processing")
     assert codec.split_processing_name(pname)[0] == "victim-1"  # the claim names its owner
     assert recover(root).redelivered == 1
-    with Connection(root, "other", FAST) as conn:
+    with Connection(root, "other", FAST, create=True) as conn:
         got = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
         assert got.text == "long" and got.redelivered and got.delivery_count == 2
         assert got.get_property("p") == "v" * 190
@@ -356,13 +356,13 @@ def test_6_a_live_consumers_ghost_named_message_is_not_taken_back(root):
     from dropboxmq.recovery import recover
     from dropboxmq.session import CLIENT_ACKNOWLEDGE
 
-    with Connection(root, "ghost", FAST):
+    with Connection(root, "ghost", FAST, create=True):
         pass
     (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead
     name = "ghost~4.1795380000000000-1.T...." + "z" * 223
     assert len(name) == 255
     drop(root, "q", name, b"held")
-    with Connection(root, "live", FAST) as conn:
+    with Connection(root, "live", FAST, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         consumer = session.create_consumer(Queue("q"))
         assert consumer.receive(timeout=5).body == b"held"
