@@ -94,6 +94,12 @@ def task_name_of(dropbox_name: str) -> str:
     return codec.decode_name(dropbox_name).correlation_id or "?"
 
 
+def delivery_count_of(dropbox_name: str) -> int:
+    if "~" in dropbox_name:
+        return codec.decode_name(codec.split_processing_name(dropbox_name)[1], claimed=True).delivery_count
+    return codec.decode_name(dropbox_name).delivery_count
+
+
 class Worker:
     """``celery worker`` in its own process group (prefork pool: a parent and its children)."""
 
@@ -185,6 +191,7 @@ class KillResult:
     lost: list[str]  # never ran to their end
     duplicates: list[str]  # ran to their end more than once
     restarted: list[str]  # began more than once (a run cut by the kill, then a full one)
+    redelivered: list[str]  # acknowledged with JMSXDeliveryCount >= 2 (dropbox: the name says so)
     left_waiting: int  # after the warm shutdown of the second worker
     left_in_flight: int
     acknowledged: int
@@ -231,6 +238,7 @@ def kill_run(kind: str, base: Path, tasks: int = 200, kill_after: int = 60, work
         in_flight_at_kill=in_flight, ran=sum(1 for n in names if n in finished),
         lost=[n for n in names if n not in finished], duplicates=sorted(n for n, k in finished.items() if k > 1),
         restarted=sorted(n for n, k in runs(out, "started").items() if k > 1),
+        redelivered=sorted(task_name_of(n) for n in b.acknowledged() if delivery_count_of(n) >= 2),
         left_waiting=len(b.waiting()), left_in_flight=len(b.in_flight()), acknowledged=len(b.acknowledged()),
         warm_exit=warm_exit, seconds=round(time.monotonic() - started_at, 1), notes=notes)
 
@@ -241,6 +249,7 @@ class PriorityResult:
     order: list[str]
     high_positions: list[int]  # 1-based places of the priority-9 tasks in the start order
     countdown_delay: float | None  # seconds from send to start of a countdown=3 task (None: not sent)
+    countdown_held_ms: int | None  # dropbox: its delivery time minus its send time, from its name
 
 
 def priority_run(kind: str, base: Path, low: int = 20, high: int = 5, countdown: float | None = 3.0,
@@ -265,8 +274,13 @@ def priority_run(kind: str, base: Path, low: int = 20, high: int = 5, countdown:
         began = [float(line.split()[1]) for line in (out / "order.log").read_text().splitlines()
                  if line.startswith("countdown ")]
         delay = round(began[0] - sent, 3) if began else None
+    held = None
+    for n in b.acknowledged():
+        if task_name_of(n) == "countdown":
+            header = codec.from_wire(codec.split_processing_name(n)[1], 0)
+            held = header.delivery_time - header.timestamp
     ranked = [n for n in started if n != "countdown"]
-    return PriorityResult(kind, started, [i + 1 for i, n in enumerate(ranked) if n.startswith("p9-")], delay)
+    return PriorityResult(kind, started, [i + 1 for i, n in enumerate(ranked) if n.startswith("p9-")], delay, held)
 
 
 @dataclass
