@@ -145,7 +145,7 @@ def test_fanout_is_a_topic_and_bindings_are_shared_between_processes(root: Path)
         threading.Thread(target=publish_elsewhere).start()
         assert done.wait(30)
         got = {q.name: _drain(consumer_conn, q, lambda body, message: message.ack(), want)
-               for q, want in zip(queues, (2, 1))}
+               for q, want in zip(queues, (2, 1), strict=True)}
     assert sorted(json.dumps(b) for b, _ in got["left"]) == sorted(json.dumps(b) for b in ({"headline": "x"},
                                                                                           {"direct": 1}))
     assert [b for b, _ in got["right"]] == [{"headline": "x"}]

@@ -150,7 +150,8 @@ class QoS(virtual.QoS):
 class Channel(virtual.Channel):
     QoS = QoS
     supports_fanout = True
-    from_transport_options = (*virtual.Channel.from_transport_options, "foreign_task")
+    # kombu types it as a pair; it is any tuple of option names
+    from_transport_options = (*virtual.Channel.from_transport_options, "foreign_task")  # type: ignore[assignment]
     #: Celery task that messages without a kombu envelope are given to (transport option)
     foreign_task: str | None = None
 
@@ -343,10 +344,12 @@ class Transport(virtual.Transport):
         self.lock = threading.Lock()
         self.settled = threading.Event()  # set by every ack, requeue or dead-letter
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(self, connection: Any, timeout: Any = None, **kwargs: Any) -> None:
         """kombu's loop, except that between two looks at empty queues (or a full prefetch) it
         waits for a settlement as well as for the polling interval: with late acks a worker
         claims its next message as soon as it acknowledged the last one, not a poll later."""
+        cycle = self.cycle
+        assert cycle is not None  # made by kombu's constructor
         started = time.monotonic()
         polling = self.polling_interval
         if timeout and polling and polling > timeout:
@@ -354,7 +357,7 @@ class Transport(virtual.Transport):
         while True:
             self.settled.clear()
             try:
-                self.cycle.get(self._deliver, timeout=timeout)
+                cycle.get(self._deliver, timeout=timeout)
                 return
             except Empty:
                 if timeout is not None and time.monotonic() - started >= timeout:

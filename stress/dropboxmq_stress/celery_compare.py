@@ -17,6 +17,7 @@ Three runs per transport, each on a fresh directory with real ``celery worker`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -159,6 +160,10 @@ def runs(out: Path, kind: str) -> dict[str, int]:
         name = n.rsplit("~", 1)[0]
         counted[name] = counted.get(name, 0) + 1
     return counted
+
+
+def has_run(out: Path, name: str) -> bool:
+    return name in runs(out, "done")
 
 
 def order(out: Path) -> list[str]:
@@ -307,7 +312,7 @@ def latency_run(kind: str, base: Path, tasks: int = 10, timeout: float = 60.0) -
             name = f"l{i:02d}"
             sent = time.time()
             app.send_task("record", args=[name, 0], task_id=name)
-            wait_for(lambda: name in runs(out, "done"), timeout, f"task {name}", worker)
+            wait_for(functools.partial(has_run, out, name), timeout, f"task {name}", worker)
             line = next(x for x in (out / "order.log").read_text().splitlines() if x.startswith(name + " "))
             delays.append(float(line.split()[1]) - sent)
     finally:

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from celery import signals
 
@@ -23,7 +24,7 @@ from dropboxmq.session import now_ms
 
 root, queue, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
 app = make_app(root, queue)
-box = queue_box(root, Queue(queue))
+box = queue_box(Path(root), Queue(queue))
 policy = ClaimSettings(None, 10)
 ready = threading.Event()
 
