@@ -46,6 +46,7 @@ def test_priority_9_overtakes_waiting_priority_0_and_countdown_waits_in_target(t
 
 @pytest.mark.parametrize("only", [
     ["producer", "consumer.exit-clean", "consumer.delivers-all", "consumer.order", "consumer.acked-processed",
+     "consumer.junk-tolerant", "consumer.expired-not-delivered", "consumer.claims-by-rename",
      "consumer.late-priority", "consumer.contention-exactly-once"],
     ["consumer.lost-race", "consumer.kill9-recovery", "model"],
 ], ids=["produce-basic-contention-late", "lost-race-kill9"])
@@ -124,6 +125,19 @@ def test_requeue_redelivers_flagged_and_reject_dead_letters(root: Path) -> None:
     assert [p.name.endswith("JMSXDeliveryCountI=2") for p in (box / "processed").iterdir()] == [True]
     assert len(list((box / "error").iterdir())) == 1  # rejected: dead-lettered, not deleted
     assert not list((box / "target").iterdir()) and not list((box / "processing").iterdir())
+
+
+def test_unacknowledged_messages_go_back_redelivered_when_the_connection_closes(root: Path) -> None:
+    queue = kombu.Queue("jobs", kombu.Exchange("jobs", "direct"), routing_key="jobs")
+    with kombu.Connection(f"dropboxmq://{root}") as conn:
+        conn.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key="jobs", declare=[queue])
+        got = _drain(conn, queue, lambda body, message: None, 1)  # taken, never acknowledged
+        assert got == [({"n": 1}, False)]
+        assert len(list((root / "jobs" / "incoming" / "processing").iterdir())) == 1
+    back = [p.name for p in (root / "jobs" / "incoming" / "target").iterdir()]
+    assert len(back) == 1 and back[0].endswith("JMSXDeliveryCountI=1")  # delivered once; the next is #2
+    with kombu.Connection(f"dropboxmq://{root}") as conn:
+        assert _drain(conn, queue, lambda body, message: message.ack(), 1) == [({"n": 1}, True)]
 
 
 def test_fanout_is_a_topic_and_bindings_are_shared_between_processes(root: Path) -> None:

@@ -28,7 +28,6 @@ The mapping (kombu -> dropboxmq, through the library's public API):
 from __future__ import annotations
 
 import base64
-import errno
 import hashlib
 import json
 import os
@@ -99,10 +98,10 @@ def foreign_task_payload(message: Message, queue: str, task: str) -> dict:
     try:
         text: str | None = raw.decode("utf-8") if not isinstance(message, TextMessage) else message.text
     except UnicodeDecodeError:
-        text = None
+        text = None  # binary: only body_base64
     arg = {
         "message_id": message.message_id,
-        "body": text if text is not None else None,
+        "body": text,
         "body_base64": base64.b64encode(raw).decode("ascii"),
         "priority": message.priority,
         "properties": {k: v for k, v in message.property_values.items()
@@ -250,8 +249,8 @@ class Channel(virtual.Channel):
             return
         with self.held_lock:
             message = self.held.pop(delivery_tag, None)
-        if message is None or self.session is None:
-            return
+        if message is None:
+            return  # settled already (kombu may restore what a thread has just acked)
         if how == "ack":
             self.session.acknowledge(message)
         elif how == "requeue":
@@ -314,7 +313,7 @@ class Channel(virtual.Channel):
 
     def close(self) -> None:
         super().close()  # cancels consumers and restores the unacked (settle -> recover)
-        if self.session is not None and os.getpid() == self.pid:
+        if os.getpid() == self.pid:
             try:
                 self.session.close()
             except DropboxMQError:
@@ -426,16 +425,18 @@ class Transport(virtual.Transport):
         cached = self.binding_cache.get(exchange)
         if cached is not None and cached[0] == stamp:
             return cached[1]
+        listed_at = time.time_ns()
         table = []
         for name in sorted(os.listdir(where)):
             if name.startswith("."):
                 continue
             try:
                 routing_key, pattern, queue = json.loads((where / name).read_text())
-            except (OSError, ValueError) as exc:
-                if getattr(exc, "errno", None) == errno.ENOENT:
-                    continue  # unbound meanwhile
-                continue
+            except (OSError, ValueError):
+                continue  # unbound meanwhile, or not a binding file
             table.append((routing_key, pattern, queue))
-        self.binding_cache[exchange] = (stamp, table)
+        # A change within the directory's timestamp granularity (a clock tick) after this listing
+        # would keep the same mtime: cache only a listing taken well after the last change.
+        if listed_at - stamp > 100_000_000:
+            self.binding_cache[exchange] = (stamp, table)
         return table
