@@ -26,8 +26,8 @@ def missing(*modules: str) -> list[str]:
     """The modules of ``modules`` that cannot be imported (not installed, or hidden)."""
     out = []
     for name in modules:
-        if name in sys.modules:  # imported already (kombu swaps in a module object without __spec__)
-            continue
+        if sys.modules.get(name) is not None:  # imported (kombu swaps in a module without __spec__);
+            continue  # None there is how Python marks a module that must not import: missing
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):
