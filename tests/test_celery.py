@@ -44,6 +44,24 @@ def test_priority_9_overtakes_waiting_priority_0_and_countdown_waits_in_target(t
     assert r.countdown_held_ms is not None and 2900 <= r.countdown_held_ms <= 3100  # a delivery delay
 
 
+def test_a_task_that_kills_its_pool_process_is_requeued_and_runs_again(tmp_path: Path) -> None:
+    """task_reject_on_worker_lost: Celery rejects with requeue, the transport's redeliver move."""
+    b = celery_compare.broker("dropboxmq", tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    celery_compare.send(b, [{"args": ["victim"], "task_id": "victim"}], task="die_once")
+    worker = celery_compare.Worker(b, out, label="lost")
+    try:
+        celery_compare.wait_for(lambda: "victim" in celery_compare.runs(out, "done"), 60, "the rerun", worker)
+        celery_compare.wait_for(lambda: len(b.acknowledged()) == 1, 30, "the ack", worker)
+    finally:
+        rc = worker.stop_warm()
+    assert celery_compare.runs(out, "started") == {"victim": 2} and celery_compare.runs(out, "done") == {"victim": 1}
+    assert [celery_compare.delivery_count_of(n) for n in b.acknowledged()] == [2]  # redelivered, counted
+    assert (b.waiting(), b.in_flight(), rc) == ([], [], 0)
+    assert "WorkerLostError" in worker.tail(100_000)
+
+
 @pytest.mark.parametrize("only", [
     ["producer", "consumer.exit-clean", "consumer.delivers-all", "consumer.order", "consumer.acked-processed",
      "consumer.junk-tolerant", "consumer.expired-not-delivered", "consumer.claims-by-rename",

@@ -173,14 +173,14 @@ def order(out: Path) -> list[str]:
         return []
 
 
-def send(b: Broker, calls: list[dict]) -> None:
+def send(b: Broker, calls: list[dict], task: str = "record") -> None:
     """Send tasks through Celery (``send_task`` keyword arguments each), then close the producer."""
     from .celery_tasks import make_app
 
     app = make_app(b.url, b.fs_folder)
     try:
         for call in calls:
-            app.send_task("record", **call)
+            app.send_task(task, **call)
     finally:
         app.close()
 

@@ -9,6 +9,7 @@ task run twice leaves two of each) and one line in ``order.log`` as it starts.""
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -57,5 +58,16 @@ def record(name: str, seconds: float = 0.0) -> str:
         log.write(f"{name} {time.time():.6f}\n")
     if seconds:
         time.sleep(seconds)  # the task's work: what a kill -9 interrupts
+    _leave("done", name)
+    return name
+
+
+@app.task(name="die_once", bind=True)
+def die_once(self, name: str) -> str:
+    """Kill its own pool process at the first delivery (a segfault, the OOM killer); run at
+    the redelivery.  With task_reject_on_worker_lost the worker requeues it."""
+    _leave("started", name)
+    if not (self.request.delivery_info or {}).get("redelivered"):
+        os.kill(os.getpid(), signal.SIGKILL)
     _leave("done", name)
     return name
