@@ -382,6 +382,10 @@ class Transport(virtual.Transport):
     def driver_version(self) -> str:
         return dropboxmq.__version__
 
+    @property
+    def default_connection_params(self) -> dict:
+        return {"port": None}  # no host: kombu's "Reverting to default 'localhost'" warning is not for us
+
     # --- fanout bindings of this process
     def note_fanout(self, queue: str, exchange: str) -> None:
         self.fanout.setdefault(queue, set()).add(exchange)
