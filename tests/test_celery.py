@@ -31,6 +31,7 @@ def test_a_worker_killed_9_loses_nothing_and_repeats_only_what_it_held(tmp_path:
     assert r.ran == 200 and r.lost == []
     # every task running at the kill was an unacknowledged claim; it, and only such, ran again
     assert set(r.running_at_kill) <= set(r.restarted) <= set(r.in_flight_at_kill)
+    assert len(r.in_flight_at_kill) <= 2  # prefetch: concurrency 2 x worker_prefetch_multiplier 1
     assert set(r.duplicates) <= set(r.in_flight_at_kill)
     assert set(r.redelivered) == set(r.in_flight_at_kill)  # came back flagged, with their count
     assert r.acknowledged == 200  # one ack per message, none lost or doubled
