@@ -1,4 +1,5 @@
-"""Celery on dropboxmq:// against kombu's filesystem:// with real worker pools.
+"""Celery on dropboxmq:// against kombu's filesystem:// (and Redis, when redis-server is installed:
+one started here on a Unix socket, no port) with real worker pools.
 
     python -m dropboxmq_stress.celery_compare [--tasks 200] [--kill-after 60] [--json out.json]
 
@@ -27,22 +28,25 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from dropboxmq import codec
 
-TRANSPORTS = ("dropboxmq", "filesystem")
+TRANSPORTS = ("dropboxmq", "filesystem", "redis")
 TASKS_MODULE = "dropboxmq_stress.celery_tasks"
 QUEUE = "work"
 
 
 @dataclass
 class Broker:
-    kind: str  # "dropboxmq" or "filesystem"
+    kind: str  # "dropboxmq", "filesystem" or "redis"
     dir: Path
+    server: subprocess.Popen | None = None  # redis-server, on a Unix socket in dir (no port)
 
     @property
     def url(self) -> str:
+        if self.kind == "redis":
+            return f"redis+socket://{self.dir / 'redis.sock'}"
         return f"dropboxmq://{self.dir}" if self.kind == "dropboxmq" else "filesystem://"
 
     @property
@@ -55,19 +59,39 @@ class Broker:
             env["CELERY_COMPARE_FS_FOLDER"] = self.fs_folder
         return env
 
+    def redis(self) -> Any:
+        import redis
+
+        return redis.Redis(unix_socket_path=str(self.dir / "redis.sock"))
+
     def waiting(self) -> list[str]:
-        """Messages of the queue not yet taken by a worker (dropbox: target/; filesystem: the folder)."""
+        """Messages of the queue not yet taken by a worker (dropbox: target/; filesystem: the
+        folder; redis: the queue's lists, one per priority step)."""
         if self.kind == "dropboxmq":
             return _names(self.dir / QUEUE / "incoming" / "target")
+        if self.kind == "redis":
+            client = self.redis()
+            keys = [k for k in client.keys(QUEUE + "*") if k == QUEUE.encode() or k.startswith(QUEUE.encode() + b"\x06")]
+            return [f"{k!r}#{i}" for k in keys for i in range(client.llen(k))]
         return [n for n in _names(self.dir) if n.endswith(f".{QUEUE}.msg")]
 
     def in_flight(self) -> list[str]:
-        """Messages taken and not acknowledged (dropbox: processing/; kombu's filesystem transport
-        keeps none: it deletes the file as it hands the message over)."""
+        """Messages taken and not acknowledged (dropbox: processing/; redis: its unacked hash;
+        kombu's filesystem transport keeps none: it deletes the file as it hands the message over)."""
+        if self.kind == "redis":
+            return sorted(json.loads(v)[0]["headers"]["id"] for v in self.redis().hvals("unacked"))
         return _names(self.dir / QUEUE / "incoming" / "processing") if self.kind == "dropboxmq" else []
+
+    def in_flight_tasks(self) -> list[str]:
+        return sorted(task_name_of(n) for n in self.in_flight()) if self.kind == "dropboxmq" else self.in_flight()
 
     def acknowledged(self) -> list[str]:
         return _names(self.dir / QUEUE / "incoming" / "processed") if self.kind == "dropboxmq" else []
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            self.server.wait(30)
 
 
 def _names(path: Path) -> list[str]:
@@ -84,7 +108,26 @@ def broker(kind: str, base: Path) -> Broker:
     path.mkdir(parents=True, exist_ok=True)
     if kind == "filesystem":
         (base / f"{kind}-broker-control").mkdir(exist_ok=True)
-    return Broker(kind, path)
+    if kind != "redis":
+        return Broker(kind, path)
+    log = open(path / "redis.log", "ab")
+    server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(path / "redis.sock"),
+                               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(path)],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    b = Broker(kind, path, server)
+    try:
+        wait_for(lambda: (path / "redis.sock").exists(), 30, "redis-server's socket")
+    except TimeoutError:
+        b.close()
+        raise
+    return b
+
+
+def redis_available() -> bool:
+    import importlib.util
+    import shutil
+
+    return shutil.which("redis-server") is not None and importlib.util.find_spec("redis") is not None
 
 
 def task_name_of(dropbox_name: str) -> str:
@@ -209,43 +252,46 @@ def kill_run(kind: str, base: Path, tasks: int = 200, kill_after: int = 60, work
              timeout: float = 120.0) -> KillResult:
     started_at = time.monotonic()
     b, out = broker(kind, base), base / f"{kind}-out"
-    out.mkdir(parents=True, exist_ok=True)
-    names = [f"t{i:03d}" for i in range(tasks)]
-    send(b, [{"args": [n, work], "task_id": n} for n in names])
-    first = Worker(b, out, label="first")
     try:
-        def mid_task() -> bool:  # past kill_after tasks done, and some task between its start and its end
+        out.mkdir(parents=True, exist_ok=True)
+        names = [f"t{i:03d}" for i in range(tasks)]
+        send(b, [{"args": [n, work], "task_id": n} for n in names])
+        first = Worker(b, out, label="first")
+        try:
+            def mid_task() -> bool:  # past kill_after tasks done, and some task between its start and its end
+                done = runs(out, "done")
+                return sum(done.values()) >= kill_after and bool(set(runs(out, "started")) - set(done))
+            wait_for(mid_task, timeout, f"{kill_after} tasks done and one running", first)
+            first.stop_group()
             done = runs(out, "done")
-            return sum(done.values()) >= kill_after and bool(set(runs(out, "started")) - set(done))
-        wait_for(mid_task, timeout, f"{kill_after} tasks done and one running", first)
-        first.stop_group()
-        done = runs(out, "done")
-        running = sorted(set(runs(out, "started")) - set(done))
-        in_flight = sorted(task_name_of(n) for n in b.in_flight())
+            running = sorted(set(runs(out, "started")) - set(done))
+            in_flight = b.in_flight_tasks()
+        finally:
+            first.kill_group()
+        killed_runs = sum(runs(out, "started").values()) - sum(runs(out, "done").values())  # will never end
+        second = Worker(b, out, label="second")
+        notes = []
+        try:
+            def settled() -> bool:  # nothing waiting, nothing claimed, no task between start and end
+                started, finished = runs(out, "started"), runs(out, "done")
+                return not b.waiting() and not b.in_flight() \
+                    and sum(started.values()) - killed_runs == sum(finished.values()) \
+                    and (kind != "dropboxmq" or set(finished) >= set(names))
+            wait_for(settled, timeout, "a drained queue", second)
+        except TimeoutError as exc:
+            notes.append(str(exc).splitlines()[0])
+        warm_exit = second.stop_warm()
+        finished = runs(out, "done")
+        return KillResult(
+            transport=kind, tasks=tasks, done_before_kill=sum(done.values()), running_at_kill=running,
+            in_flight_at_kill=in_flight, ran=sum(1 for n in names if n in finished),
+            lost=[n for n in names if n not in finished], duplicates=sorted(n for n, k in finished.items() if k > 1),
+            restarted=sorted(n for n, k in runs(out, "started").items() if k > 1),
+            redelivered=sorted(task_name_of(n) for n in b.acknowledged() if delivery_count_of(n) >= 2),
+            left_waiting=len(b.waiting()), left_in_flight=len(b.in_flight()), acknowledged=len(b.acknowledged()),
+            warm_exit=warm_exit, seconds=round(time.monotonic() - started_at, 1), notes=notes)
     finally:
-        first.kill_group()
-    killed_runs = sum(runs(out, "started").values()) - sum(runs(out, "done").values())  # will never end
-    second = Worker(b, out, label="second")
-    notes = []
-    try:
-        def settled() -> bool:  # nothing waiting, nothing claimed, no task between start and end
-            started, finished = runs(out, "started"), runs(out, "done")
-            return not b.waiting() and not b.in_flight() \
-                and sum(started.values()) - killed_runs == sum(finished.values()) \
-                and (kind != "dropboxmq" or set(finished) >= set(names))
-        wait_for(settled, timeout, "a drained queue", second)
-    except TimeoutError as exc:
-        notes.append(str(exc).splitlines()[0])
-    warm_exit = second.stop_warm()
-    finished = runs(out, "done")
-    return KillResult(
-        transport=kind, tasks=tasks, done_before_kill=sum(done.values()), running_at_kill=running,
-        in_flight_at_kill=in_flight, ran=sum(1 for n in names if n in finished),
-        lost=[n for n in names if n not in finished], duplicates=sorted(n for n, k in finished.items() if k > 1),
-        restarted=sorted(n for n, k in runs(out, "started").items() if k > 1),
-        redelivered=sorted(task_name_of(n) for n in b.acknowledged() if delivery_count_of(n) >= 2),
-        left_waiting=len(b.waiting()), left_in_flight=len(b.in_flight()), acknowledged=len(b.acknowledged()),
-        warm_exit=warm_exit, seconds=round(time.monotonic() - started_at, 1), notes=notes)
+        b.close()
 
 
 @dataclass
@@ -260,32 +306,35 @@ class PriorityResult:
 def priority_run(kind: str, base: Path, low: int = 20, high: int = 5, countdown: float | None = 3.0,
                  timeout: float = 60.0) -> PriorityResult:
     b, out = broker(kind, base), base / f"{kind}-out"
-    out.mkdir(parents=True, exist_ok=True)
-    calls = [{"args": [f"p0-{i:02d}", 0.02], "task_id": f"p0-{i:02d}", "priority": 0} for i in range(low)]
-    calls += [{"args": [f"p9-{i:02d}", 0.02], "task_id": f"p9-{i:02d}", "priority": 9} for i in range(high)]
-    send(b, calls)
-    sent = time.time()
-    if countdown is not None:
-        send(b, [{"args": ["countdown", 0], "task_id": "countdown", "countdown": countdown}])
-    worker = Worker(b, out, label="priority")
     try:
-        expected = low + high + (countdown is not None)
-        wait_for(lambda: sum(runs(out, "done").values()) >= expected, timeout, f"{expected} tasks done", worker)
+        out.mkdir(parents=True, exist_ok=True)
+        calls = [{"args": [f"p0-{i:02d}", 0.02], "task_id": f"p0-{i:02d}", "priority": 0} for i in range(low)]
+        calls += [{"args": [f"p9-{i:02d}", 0.02], "task_id": f"p9-{i:02d}", "priority": 9} for i in range(high)]
+        send(b, calls)
+        sent = time.time()
+        if countdown is not None:
+            send(b, [{"args": ["countdown", 0], "task_id": "countdown", "countdown": countdown}])
+        worker = Worker(b, out, label="priority")
+        try:
+            expected = low + high + (countdown is not None)
+            wait_for(lambda: sum(runs(out, "done").values()) >= expected, timeout, f"{expected} tasks done", worker)
+        finally:
+            worker.stop_warm()
+        started = order(out)
+        delay = None
+        if countdown is not None:
+            began = [float(line.split()[1]) for line in (out / "order.log").read_text().splitlines()
+                     if line.startswith("countdown ")]
+            delay = round(began[0] - sent, 3) if began else None
+        held = None
+        for n in b.acknowledged():
+            if task_name_of(n) == "countdown":
+                header = codec.from_wire(codec.split_processing_name(n)[1], 0)
+                held = header.delivery_time - header.timestamp
+        ranked = [n for n in started if n != "countdown"]
+        return PriorityResult(kind, started, [i + 1 for i, n in enumerate(ranked) if n.startswith("p9-")], delay, held)
     finally:
-        worker.stop_warm()
-    started = order(out)
-    delay = None
-    if countdown is not None:
-        began = [float(line.split()[1]) for line in (out / "order.log").read_text().splitlines()
-                 if line.startswith("countdown ")]
-        delay = round(began[0] - sent, 3) if began else None
-    held = None
-    for n in b.acknowledged():
-        if task_name_of(n) == "countdown":
-            header = codec.from_wire(codec.split_processing_name(n)[1], 0)
-            held = header.delivery_time - header.timestamp
-    ranked = [n for n in started if n != "countdown"]
-    return PriorityResult(kind, started, [i + 1 for i, n in enumerate(ranked) if n.startswith("p9-")], delay, held)
+        b.close()
 
 
 @dataclass
@@ -299,45 +348,51 @@ class LatencyResult:
 def latency_run(kind: str, base: Path, tasks: int = 10, timeout: float = 60.0) -> LatencyResult:
     """One task at a time to an idle worker (concurrency 1, prefetch 1): send -> start."""
     b, out = broker(kind, base), base / f"{kind}-out"
-    out.mkdir(parents=True, exist_ok=True)
-    worker = Worker(b, out, concurrency=1, label="latency")
-    from .celery_tasks import make_app
-
-    app = make_app(b.url, b.fs_folder)
-    delays = []
     try:
-        app.send_task("record", args=["warm-up", 0], task_id="warm-up")
-        wait_for(lambda: "warm-up" in runs(out, "done"), timeout, "the warm-up task", worker)
-        for i in range(tasks):
-            name = f"l{i:02d}"
-            sent = time.time()
-            app.send_task("record", args=[name, 0], task_id=name)
-            wait_for(functools.partial(has_run, out, name), timeout, f"task {name}", worker)
-            line = next(x for x in (out / "order.log").read_text().splitlines() if x.startswith(name + " "))
-            delays.append(float(line.split()[1]) - sent)
+        out.mkdir(parents=True, exist_ok=True)
+        worker = Worker(b, out, concurrency=1, label="latency")
+        from .celery_tasks import make_app
+
+        app = make_app(b.url, b.fs_folder)
+        delays = []
+        try:
+            app.send_task("record", args=["warm-up", 0], task_id="warm-up")
+            wait_for(lambda: "warm-up" in runs(out, "done"), timeout, "the warm-up task", worker)
+            for i in range(tasks):
+                name = f"l{i:02d}"
+                sent = time.time()
+                app.send_task("record", args=[name, 0], task_id=name)
+                wait_for(functools.partial(has_run, out, name), timeout, f"task {name}", worker)
+                line = next(x for x in (out / "order.log").read_text().splitlines() if x.startswith(name + " "))
+                delays.append(float(line.split()[1]) - sent)
+        finally:
+            app.close()
+            worker.stop_warm()
+        return LatencyResult(kind, tasks, round(sum(delays) / len(delays), 3), round(max(delays), 3))
     finally:
-        app.close()
-        worker.stop_warm()
-    return LatencyResult(kind, tasks, round(sum(delays) / len(delays), 3), round(max(delays), 3))
+        b.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dropboxmq_stress.celery_compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--transport", action="append", choices=TRANSPORTS, help="(repeatable; default: both)")
+    parser.add_argument("--transport", action="append", choices=TRANSPORTS,
+                        help="(repeatable; default: all, redis when redis-server and the redis package are there)")
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--kill-after", type=int, default=60)
     parser.add_argument("--latency-tasks", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     results: dict[str, dict] = {}
-    for kind in args.transport or TRANSPORTS:
+    for kind in args.transport or [k for k in TRANSPORTS if k != "redis" or redis_available()]:
         with tempfile.TemporaryDirectory(prefix=f"celery-{kind}-") as tmp:
             base = Path(tmp)
             kill = kill_run(kind, base / "kill", args.tasks, args.kill_after)
             prio = priority_run(kind, base / "priority")
             lat = latency_run(kind, base / "latency", args.latency_tasks)
         results[kind] = {"kill": asdict(kill), "priority": asdict(prio), "latency": asdict(lat)}
+        if kill.notes:
+            print(f"{kind}: " + "; ".join(kill.notes))
         print(f"{kind}: {args.tasks} tasks, killed -9 after {kill.done_before_kill} done: ran {kill.ran}, "
               f"lost {len(kill.lost)} {kill.lost}, duplicates {len(kill.duplicates)} {kill.duplicates}, "
               f"running at the kill {kill.running_at_kill}, in flight {kill.in_flight_at_kill}; "
