@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("dropboxmq", "dropboxmq_conformance", "dropboxmq_stress", "dropboxmq_spec", "pyspark_dropboxmq")
+OURS = ("dropboxmq", "dropboxmq_kombu", "dropboxmq_conformance", "dropboxmq_stress", "dropboxmq_spec",
+        "pyspark_dropboxmq")
 
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
@@ -81,6 +82,10 @@ def test_the_wheel_outside_the_repo_gives_the_repository_verdicts(installed, tmp
     assert res.returncode == 0, res.stderr
     for mod, paths in json.loads(res.stdout).items():
         assert paths and all(Path(p).resolve().is_relative_to(venv.resolve()) for p in paths), (mod, paths)
+    celery = _run([python, "-c", "from dropboxmq_conformance.manifest import find; print(find('celery-worker'))"],
+                  tmp_path, env)  # the Celery manifests and their scripts ship too
+    assert Path(celery.stdout.strip()).resolve().is_relative_to(venv.resolve()), celery.stdout + celery.stderr
+    assert (Path(celery.stdout.strip()).parent / "worker.py").is_file()
     spec = _run([python, "-c", "from dropboxmq.tlc import spec_dir; print(spec_dir())"], tmp_path, env)
     assert Path(spec.stdout.strip()).resolve().is_relative_to(venv.resolve()), spec.stdout + spec.stderr
 

