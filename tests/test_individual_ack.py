@@ -24,7 +24,7 @@ def received_three(c: Connection):
 
 
 def test_acknowledge_one_message_leaves_the_others_held(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         session, (m1, m2, m3) = received_three(c)
         session.acknowledge(m2)
         assert len(ls(root, "Q1", "processed")) == 1
@@ -35,7 +35,7 @@ def test_acknowledge_one_message_leaves_the_others_held(root):
 
 
 def test_recover_one_message_redelivers_only_it(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         session, (m1, m2, m3) = received_three(c)
         session.recover(m1)
         assert len(ls(root, "Q1", "target")) == 1 and len(ls(root, "Q1", "processing")) == 2
@@ -46,7 +46,7 @@ def test_recover_one_message_redelivers_only_it(root):
 
 
 def test_dead_letter_moves_one_message_to_error(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         session, (m1, m2, m3) = received_three(c)
         session.dead_letter(m3)
         assert len(ls(root, "Q1", "error")) == 1 and m3.message_id[3:] in ls(root, "Q1", "error")[0]
@@ -55,7 +55,7 @@ def test_dead_letter_moves_one_message_to_error(root):
 
 
 def test_a_message_no_longer_held_is_refused(root):
-    with Connection(root, "a", FAST) as c:
+    with Connection(root, "a", FAST, create=True) as c:
         session, (m1, m2, m3) = received_three(c)
         session.acknowledge(m1)
         for settle in (session.acknowledge, session.recover, session.dead_letter):
