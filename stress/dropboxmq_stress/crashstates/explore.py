@@ -1,0 +1,172 @@
+"""Record an operation (in a forked child), enumerate its crash states, recover and judge each."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+import time
+import traceback
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .check import Violation, census, judge, recover_state
+from .model import MODELS, Bounds, CrashState, Mark, Model, Trace, crash_states, describe
+from .operations import DEFAULT_SCALE, Expect, Operation, Scale
+from .record import ENVIRONMENTS, Environment, Recorder
+
+__all__ = ["Finding", "Report", "record", "explore", "DEFAULT_BOUNDS", "DEEP_BOUNDS", "DEFAULT_ENVS", "DEEP_ENVS"]
+
+DEFAULT_BOUNDS = Bounds(full_subsets=8, few=1, full_data=64, max_states=3000)
+DEEP_BOUNDS = Bounds(full_subsets=12, few=2, full_data=1024, max_states=40000)
+DEFAULT_ENVS = ("quiet", "busy")
+DEEP_ENVS = ("quiet", "busy", "no-renameat2")
+
+
+@dataclass
+class Finding:
+    rule: str
+    detail: str
+    prefix: int
+    calls: list[str]  # the syscall prefix, each marked persisted or LOST
+    crash_listing: list[str]  # the tree the crash left
+    recovered_listing: list[str]  # the tree after recovery
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Report:
+    operation: str
+    environment: str
+    model: str
+    syscalls: int  # calls under the root while recording
+    recorded: int  # of which change the file system or order it (the trace)
+    states: int  # distinct crash states explored
+    capped: bool  # max_states reached
+    seconds: float
+    violations: dict[str, int] = field(default_factory=dict)  # rule -> states that break it
+    findings: list[Finding] = field(default_factory=list)  # the first state of each rule
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["findings"] = [f.as_dict() for f in self.findings]
+        return d
+
+
+def scratch() -> str | None:
+    """Where crash states are written and recovered: memory (tmpfs) when there is some, as
+    thousands of small trees are made and removed; recovery's outcome does not depend on it."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def _in_child(work: Callable[[], Any]) -> Any:
+    """``work()`` in a forked child; its result (pickled) or its traceback as RuntimeError.
+    A child keeps what the operation patches, opens or leaves running (threads, fds, the
+    library's own notes such as "renameat2 is unsupported") away from this process."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_end)
+            try:
+                payload = pickle.dumps(("ok", work()))
+            except BaseException:
+                payload = pickle.dumps(("error", traceback.format_exc()))
+            with os.fdopen(write_end, "wb") as f:
+                f.write(payload)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        payload = f.read()
+    os.waitpid(pid, 0)
+    if not payload:
+        raise RuntimeError("the recording child died without a word")
+    status, value = pickle.loads(payload)
+    if status != "ok":
+        raise RuntimeError(f"recording failed:\n{value}")
+    return value
+
+
+def record(operation: Operation, env: Environment, scale: Scale = DEFAULT_SCALE,
+           setup_patch: Callable[[], None] | None = None) -> tuple[Trace, Expect, int]:
+    """Run ``operation`` in a fresh root in a child process and record it.  ``setup_patch``
+    runs in the child first (the self-test's broken variants patch the library there)."""
+
+    def work() -> tuple[Trace, Expect, int]:
+        if setup_patch is not None:
+            setup_patch()
+        root = Path(tempfile.mkdtemp(prefix=f"crashstates-{operation.name}-", dir=scratch()))
+        try:
+            recorders: list[Recorder] = []
+
+            def start() -> AbstractContextManager[Recorder]:
+                rec = Recorder(root, env)
+                recorders.append(rec)
+                return rec
+
+            expect = operation.run(root, scale, start)
+            (rec,) = recorders
+            return rec.trace, expect, rec.calls
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    result: tuple[Trace, Expect, int] = _in_child(work)
+    return result
+
+
+def _listing(tree: dict[str, bytes | None]) -> list[str]:
+    out = []
+    for path in sorted(tree):
+        content = tree[path]
+        if content is None:
+            continue
+        out.append(f"{path}  [{len(content)} B]")
+    return out
+
+
+def explore(operation: Operation, env_name: str = "quiet", model: Model = MODELS["abstract"],
+            bounds: Bounds = DEFAULT_BOUNDS, scale: Scale = DEFAULT_SCALE,
+            setup_patch: Callable[[], None] | None = None, stop_at_first: bool = False) -> Report:
+    """Record ``operation``, then recover and judge every crash state of it."""
+    started = time.monotonic()
+    trace, expect, syscalls = record(operation, ENVIRONMENTS[env_name], scale, setup_patch)
+    recorded = sum(1 for op in trace.ops if not isinstance(op, Mark))
+    report = Report(operation.name, env_name, model.name, syscalls, recorded, 0, False, 0.0)
+    from .model import materialise
+
+    baseline_tree = materialise(trace.baseline.root, trace.baseline.dirs, trace.baseline.files)
+    initial = census(baseline_tree)
+    work = Path(tempfile.mkdtemp(prefix="crashstates-check-", dir=scratch()))
+    try:
+        state: CrashState
+        for state in crash_states(trace, model, bounds):
+            report.states += 1
+            recovered = recover_state(state.tree, work / "root", expect)
+            violations = judge(initial, census(recovered), state.marks, expect)
+            for v in violations:
+                _note(report, trace, state, v, recovered)
+            if violations and stop_at_first:
+                break
+        report.capped = report.states >= bounds.max_states
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report.seconds = round(time.monotonic() - started, 2)
+    return report
+
+
+def _note(report: Report, trace: Trace, state: CrashState, v: Violation, recovered: dict[str, bytes | None]) -> None:
+    first = v.rule not in report.violations
+    report.violations[v.rule] = report.violations.get(v.rule, 0) + 1
+    if first:
+        report.findings.append(Finding(v.rule, v.detail, state.prefix, describe(trace, state, {}),
+                                       _listing(state.tree), _listing(recovered)))
