@@ -249,6 +249,10 @@ class _Analysis:
         return sure
 
 
+def _data_ino(op: Op) -> int | None:
+    return op.ino if isinstance(op, (Write, Truncate)) else None
+
+
 def _closed(keep: set[int], deps: list[frozenset[int]], pending: set[int]) -> frozenset[int]:
     out = set(keep)
     for i in keep:
@@ -396,7 +400,7 @@ def crash_states(trace: Trace, model: Model = MODELS["abstract"], bounds: Bounds
             for ino in sorted(reachable):
                 versions = data_versions.get(ino)
                 if versions is None:
-                    data_ops = [i for i in range(k) if isinstance(ops[i], DataOp) and ops[i].ino == ino]
+                    data_ops = [i for i in range(k) if _data_ino(ops[i]) == ino]
                     versions = data_versions[ino] = _data_versions(
                         base.files.get(ino, b""), [ops[i] for i in data_ops if i in sure],
                         [ops[i] for i in data_ops if i not in sure])
@@ -407,7 +411,7 @@ def crash_states(trace: Trace, model: Model = MODELS["abstract"], bounds: Bounds
             for choice in _data_choices(per_file, bounds):
                 contents = dict(fixed)
                 labels = []
-                for (ino, versions), idx in zip(per_file, choice):
+                for (ino, versions), idx in zip(per_file, choice, strict=True):
                     contents[ino] = versions[idx][1]
                     if idx:
                         labels.append((ino, versions[idx][0]))

@@ -18,13 +18,17 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from .record import Recorder
 
 __all__ = ["Scale", "DEFAULT_SCALE", "DEEP_SCALE", "Expect", "Operation", "OPERATIONS", "body_of", "key_of", "ref"]
 
 StartRecording = Callable[[], AbstractContextManager[Recorder]]
+
+
+class HasFileno(Protocol):
+    def fileno(self) -> int: ...
 
 _PAD = b"." * 48
 
@@ -198,7 +202,7 @@ def _ack_op(mode_name: str) -> Callable[[Path, Scale, StartRecording], Expect]:
         c = s.create_consumer(Queue("q"))
         refs = tuple(ref(_queue_box("q"), k) for k in keys)
         with start() as rec:
-            for k, r in zip(keys, refs):
+            for k, r in zip(keys, refs, strict=True):
                 _receive(c, k)
                 rec.mark("acked" if mode is AckMode.AUTO_ACKNOWLEDGE else "delivered", r)
             if mode is AckMode.CLIENT_ACKNOWLEDGE:
@@ -222,9 +226,10 @@ def _die_after_commit_point(root: Path) -> None:
 
     real_fsync = os.fsync
 
-    def fsync_then_die(fd: int) -> None:
+    def fsync_then_die(fd: int | HasFileno) -> None:
         real_fsync(fd)
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("/transaction/committing"):
+        number = fd if isinstance(fd, int) else fd.fileno()
+        if os.readlink(f"/proc/self/fd/{number}").endswith("/transaction/committing"):
             os._exit(0)  # the power of this process goes here: nothing after the commit point runs
 
     conn = Connection(root, client_id="dead-owner", settings=_settings())
@@ -257,7 +262,6 @@ def op_recover(root: Path, scale: Scale, start: StartRecording) -> Expect:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError("setup: the dead owner did not die at its commit point")
-    os.sync()
     q, out = _queue_box("q"), _queue_box("out")
     with start() as rec:
         recover(root)

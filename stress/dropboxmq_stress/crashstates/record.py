@@ -196,6 +196,12 @@ class Recorder:
                     stack.append((prefix + name + "/", child))
         return None
 
+    def _before_entry_op(self) -> None:
+        """What file objects wrote so far happened before this call: record it first."""
+        if self._file_objects:
+            with self._lock:
+                self._reconcile()
+
     def _reconcile(self, ino: int | None = None) -> None:
         """Data written through Python file objects (no os.write shows it): read the file
         back and record the difference as a write, before the barrier that covers it."""
@@ -230,6 +236,7 @@ class Recorder:
             absp = self._abs(path, dir_fd)
             if not self._inside(absp):
                 return real["open"](path, flags, mode, dir_fd=dir_fd)
+            self._before_entry_op()
             try:
                 before: os.stat_result | None = os.lstat(absp)
             except OSError:
@@ -301,6 +308,7 @@ class Recorder:
                 s, d = self._abs(src, src_dir_fd), self._abs(dst, dst_dir_fd)
                 if not (self._inside(s) or self._inside(d)):
                     return real[name](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+                self._before_entry_op()
                 st = os.lstat(s)
                 real[name](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
                 with self._lock:
@@ -312,6 +320,8 @@ class Recorder:
         def link(src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None,
                  follow_symlinks: bool = True) -> None:
             s, d = self._abs(src, src_dir_fd), self._abs(dst, dst_dir_fd)
+            if self._inside(d):
+                self._before_entry_op()
             real["link"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
             if self._inside(d):
                 with self._lock:
@@ -324,6 +334,7 @@ class Recorder:
                 p = self._abs(path, dir_fd)
                 if not self._inside(p):
                     return real[name](path, dir_fd=dir_fd)
+                self._before_entry_op()
                 st = os.lstat(p)
                 parent = self._parent(p)
                 real[name](path, dir_fd=dir_fd)
@@ -334,6 +345,8 @@ class Recorder:
 
         def mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
             p = self._abs(path, dir_fd)
+            if self._inside(p):
+                self._before_entry_op()
             real["mkdir"](path, mode, dir_fd=dir_fd)
             if self._inside(p):
                 with self._lock:
@@ -363,6 +376,7 @@ class Recorder:
                     return -1
                 if not (self._inside(s) or self._inside(d)):
                     return int(fn(olddirfd, old, newdirfd, new, flags))
+                self._before_entry_op()
                 try:
                     st: os.stat_result | None = os.lstat(s)
                 except OSError:
