@@ -221,3 +221,18 @@ def test_cli_json_report(tmp_path: Path) -> None:
     helped = subprocess.run([sys.executable, "-m", "dropboxmq_stress.crashstates", "--help"],
                             capture_output=True, text=True, timeout=60)
     assert "--deep" in helped.stdout and "--op" in helped.stdout and "--json" in helped.stdout
+
+
+def test_the_commit_point_comes_after_every_name_roll_forward_needs_is_durable() -> None:
+    """Regression (issue 31, "busy": each file fsynced on its own): the log reached committing/
+    while the working/ names of its sends and the processing/ names of its receives were not
+    durable, so a power loss could leave a committed transaction that roll-forward cannot
+    finish.  Now their directories are fsynced (or one syncfs) before the log is renamed."""
+    from dropboxmq_stress.crashstates.explore import record
+    from dropboxmq_stress.crashstates.operations import DEEP_SCALE
+
+    trace, _, _ = record(OPERATIONS["commit-consumer"], ENVIRONMENTS["busy"], DEEP_SCALE)  # receives and a send
+    calls = [op.call for op in trace.ops]
+    commit_point = next(i for i, c in enumerate(calls) if c.startswith("rename(") and "/committing/" in c)
+    synced_before = [c for c in calls[:commit_point] if c.startswith("fsync(")]
+    assert "fsync(q/incoming/processing)" in synced_before and "fsync(out/incoming/working)" in synced_before

@@ -623,13 +623,31 @@ def _whole_chars(raw: bytes) -> bytes:
 
 def ensure_dir(path: str | Path) -> None:
     """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs."""
+    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
+    Every directory it creates is durable when it returns: its parent is fsynced after the
+    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
+    parent: without this a power loss could take a new queue, and the message just fsynced
+    into its target/, away; PROTOCOL.md Durability D10)."""
     try:
-        os.makedirs(path, exist_ok=True)
+        _make_dirs_durably(os.path.normpath(os.fspath(path)))
     except OSError as exc:
         why = "something that is not a directory is in the way" if isinstance(
             exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
         raise StoreError(f"cannot create the directory {path}: {why}") from None
+
+
+def _make_dirs_durably(path: str) -> None:
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path) or "."
+    if parent != path and not os.path.isdir(parent):
+        _make_dirs_durably(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    fsync_dir(parent)  # also when another process made it first: it may not have synced yet
 
 
 def is_plain_path(root: str | Path, path: str | Path) -> bool:

@@ -227,14 +227,22 @@ class TransactionLog:
             self.store.close(fd, sync)
 
     def _files(self) -> list[str]:
-        """The log and the working/ file of every send it records."""
+        """What must be durable before the commit point: the log, the working/ file of every
+        send it records, and the directories that hold those files and the receives' claims.
+        (Roll-forward finds each file where the log says: a send's entry in working/ and a
+        receive's in processing/ must not be undone by a power loss once the log is in
+        committing/.  An fsync of a file does not make its name durable; one syncfs does all.)"""
         boxes: dict[str, Dropbox] = {}
         files = [str(self.store.path(_L.ASSOCIATED, self.name))]
+        dirs: dict[str, None] = {}
         for e in self.entries:
+            box = boxes.get(e.box) or boxes.setdefault(e.box, box_in_root(self.root, e.box))
             if e.kind == "send":
-                box = boxes.get(e.box) or boxes.setdefault(e.box, box_in_root(self.root, e.box))
                 files.append(box.file(State.NOT_COMMITTED, e.name))
-        return files
+                dirs[box.dir(State.NOT_COMMITTED)] = None
+            else:
+                dirs[box.dir(State.DELIVERED)] = None
+        return files + list(dirs)
 
     def commit(self, durable: bool) -> None:
         if not self.entries:
