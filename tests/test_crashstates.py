@@ -166,6 +166,22 @@ def test_weaker_promises_are_really_used() -> None:
     allowed (D2, D7) because they happen: the explorer finds them."""
     report = explore(OPERATIONS["ack-dups-ok"], "quiet", bounds=SHORT_BOUNDS)
     assert report.allowed.get("lazy-ack-undone", 0) > 0 and report.allowed.get("delivered-unflagged", 0) > 0
+    unsynced = explore(OPERATIONS["send-non-persistent"], "quiet", bounds=SHORT_BOUNDS)
+    assert unsynced.allowed.get("non-persistent-lost", 0) > 0 and unsynced.allowed.get("non-persistent-torn", 0) > 0
+
+
+def test_recovery_sweeps_what_a_crash_left_of_a_subscription_creation_or_removal(tmp_path: Path) -> None:
+    """Regression (issue 31): a crash between the mkdir of .new-<uuid> and its rename, or between
+    a removal's rename to .deleted-<uuid> and its rmtree, left a directory nothing removed."""
+    from dropboxmq.recovery import recover
+
+    subs = tmp_path / "topic-root" / "t" / ".subscriptions"
+    for name in (".new-crashed", ".new-still-being-made", ".deleted-cut-short", "s1.client"):
+        (subs / name / "target").mkdir(parents=True)
+    os.utime(subs / ".new-crashed", (0, 0))
+    report = recover(tmp_path, orphan_age=3600)
+    assert sorted(p.name for p in subs.iterdir()) == [".new-still-being-made", "s1.client"]
+    assert report.unfinished_removed == 2
 
 
 # ---------------------------------------------------------------- the self-test: broken variants

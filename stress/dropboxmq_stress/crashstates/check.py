@@ -39,6 +39,8 @@ ALLOWED: dict[str, str] = {
     "lazy-ack-undone": "a DUPS_OK acknowledgement (made without a sync) undone: the message is redelivered (D2)",
     "delivered-unflagged": "a message delivered but not acknowledged is back unflagged: its claim was not "
                            "durable (D7)",
+    "non-persistent-lost": "a NON_PERSISTENT send that returned is gone (D2, D6)",
+    "non-persistent-torn": "a NON_PERSISTENT message is deliverable empty or torn (D6)",
 }
 
 STATE_DIRS = ("working", "target", "processing", "processed", "expired", "error")
@@ -165,8 +167,11 @@ def judge(initial: Census, final: Census, marks: tuple[Mark, ...], expect: Expec
                 found.append(Violation("lazy-ack-undone", f"{r} is back as {s}/{n}"))
             elif s == "target" and _count(n) == 0 and r not in must_be_acked:
                 found.append(Violation("delivered-unflagged", f"{r} is back as target/{n}, delivery count 0"))
+    for r in sorted(returned["sent-non-persistent"]):
+        if not deliverable(r):
+            found.append(Violation("non-persistent-lost", f"{r} is {_where(places(r))}"))
     for path in final.torn:
-        found.append(Violation("torn-deliverable", path))
+        found.append(Violation("non-persistent-torn" if expect.non_persistent else "torn-deliverable", path))
     for path in sorted(set(final.leftovers)):
         found.append(Violation("left-behind", path))
     for name in sorted(returned["subscribed"]):

@@ -69,6 +69,7 @@ class Expect:
     purgeable: set[str] = field(default_factory=set)  # messages the operation may delete (retention)
     lazy_acks: set[str] = field(default_factory=set)  # DUPS_OK: acknowledged without a sync
     subscriptions: dict[str, str] = field(default_factory=dict)  # name -> directory relative to the root
+    non_persistent: bool = False  # the operation's messages are NON_PERSISTENT: not synced at all (D2, D6)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,20 @@ def op_send(root: Path, scale: Scale, start: StartRecording) -> Expect:
         p.send(m)
         rec.mark("sent", ref(_queue_box("q"), "m0"))
     return Expect(clients=("app",))
+
+
+def op_send_non_persistent(root: Path, scale: Scale, start: StartRecording) -> Expect:
+    from dropboxmq.message import DeliveryMode, Queue
+    from dropboxmq.session import Connection
+
+    conn = Connection(root, client_id="app", settings=_settings())
+    s = conn.create_session()
+    p = s.create_producer(Queue("q"))
+    p.send(_message(s, "setup"))  # the queue exists (durably): only the message is unsynced
+    with start() as rec:
+        p.send(_message(s, "m0"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        rec.mark("sent-non-persistent", ref(_queue_box("q"), "m0"))
+    return Expect(clients=("app",), non_persistent=True)
 
 
 def op_send_many(root: Path, scale: Scale, start: StartRecording) -> Expect:
@@ -339,6 +354,7 @@ def op_subscribe(root: Path, scale: Scale, start: StartRecording) -> Expect:
 
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("send", "PERSISTENT send of one message", op_send),
+    Operation("send-non-persistent", "NON_PERSISTENT send of one message (no sync: D2, D6)", op_send_non_persistent),
     Operation("send_many", "send_many of a batch of PERSISTENT messages (group commit)", op_send_many),
     Operation("commit-producer", "transacted sends to several queues, commit", op_commit_producer),
     Operation("commit-consumer", "transacted receives (deep: and a send), commit", op_commit_consumer),
