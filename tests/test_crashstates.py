@@ -147,7 +147,10 @@ def test_recorder_refuses_a_trace_that_misses_a_call(tmp_path: Path) -> None:
 
 # "busy" (each file fsynced on its own) orders less than "quiet" (one syncfs a batch): every
 # operation there, and the batches once more with syncfs; make stress runs all, deeper.
-SHORT_PROFILE = [(op, "busy") for op in sorted(OPERATIONS)] + [("send_many", "quiet"), ("commit-producer", "quiet")]
+SHORT_PROFILE = [(op, "busy") for op in sorted(OPERATIONS)] + [
+    ("send_many", "quiet"), ("commit-producer", "quiet"),
+    ("ack-client", "no-renameat2"),  # regression: the fallback's unlink was not synced (D5)
+]
 
 
 @pytest.mark.parametrize("op, env", SHORT_PROFILE)
@@ -252,3 +255,31 @@ def test_the_commit_point_comes_after_every_name_roll_forward_needs_is_durable()
     commit_point = next(i for i, c in enumerate(calls) if c.startswith("rename(") and "/committing/" in c)
     synced_before = [c for c in calls[:commit_point] if c.startswith("fsync(")]
     assert "fsync(q/incoming/processing)" in synced_before and "fsync(out/incoming/working)" in synced_before
+
+
+def test_recovery_finishes_a_rollback_cut_between_link_and_unlink(tmp_path: Path) -> None:
+    """Regression (issue 31, the link()+unlink() fallback): a recovery killed between the link
+    and the unlink of a REDELIVER left the file in processing/ and target/; the next recovery
+    raised StoreError ("already exists") out of recover() and never finished.  Now the old name
+    is dropped and the transaction finished."""
+    from dropboxmq import layout
+    from dropboxmq.lifecycle import State
+    from dropboxmq.message import Queue
+    from dropboxmq.recovery import recover
+    from dropboxmq.session import Connection
+    from dropboxmq.transaction import transaction_dir
+
+    with Connection(tmp_path, client_id="seeder") as conn:
+        session = conn.create_session()
+        session.create_producer(Queue("q")).send(session.create_bytes_message(b"x"))
+    box = layout.queue_box(tmp_path, Queue("q"))
+    (name,) = box.list(State.NEW)
+    claimed = f"dead~{name}"
+    os.rename(box.file(State.NEW, name), box.file(State.DELIVERED, claimed))
+    os.link(box.file(State.DELIVERED, claimed), box.file(State.NEW, name))  # the REDELIVER's link, no unlink
+    log = transaction_dir(tmp_path) / "associated" / "dead~s~1"
+    log.write_text(json.dumps({"kind": "receive", "box": "q/incoming", "name": claimed}) + "\n")
+    report = recover(tmp_path, assume_unknown_dead=True)
+    assert report.errors == [] and report.transactions == {"rolled back": 1}
+    assert box.list(State.DELIVERED) == [] and box.list(State.NEW) == [name]
+    assert os.stat(box.file(State.NEW, name)).st_nlink == 1

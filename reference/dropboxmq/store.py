@@ -68,7 +68,10 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
     Elsewhere link()+unlink(): never replaces either, and a crash between the
     two leaves both names on one inode, which recovery resolves (same inode in
-    working/ and target/ = sent).
+    working/ and target/ = sent).  The unlink is then synced (the source directory
+    fsynced): a rename is one atomic step, two calls are not, and a power loss must
+    not keep a later move while undoing this unlink (one message under two names in
+    two states; PROTOCOL.md Durability D5).
     """
     global noreplace_supported
     if noreplace_supported and renameat2 is not None:
@@ -85,9 +88,14 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     if src_dir_fd == _AT_FDCWD and dst_dir_fd == _AT_FDCWD:
         os.link(src, dst, follow_symlinks=False)
         os.unlink(src)
+        fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
     else:
         os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
         os.unlink(src, dir_fd=src_dir_fd)
+        if src_dir_fd == _AT_FDCWD:
+            fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
+        else:
+            os.fsync(src_dir_fd)
 
 
 # ---------------------------------------------------------------- file-system checks

@@ -186,8 +186,10 @@ def _where(locs: list[tuple[str, str]]) -> str:
     return "nowhere" if not locs else ", ".join(f"{s}/{n}" for s, n in locs)
 
 
-def write_tree(tree: dict[str, bytes | None], root: Path) -> None:
-    """The crash state on disk; everything an hour old (what a dead process left is old)."""
+def write_tree(tree: dict[str, bytes | None], root: Path, links: tuple[tuple[str, ...], ...] = ()) -> None:
+    """The crash state on disk, ``links`` as hard links; everything an hour old (what a dead
+    process left is old)."""
+    linked = {p: group[0] for group in links for p in group[1:]}
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -195,23 +197,26 @@ def write_tree(tree: dict[str, bytes | None], root: Path) -> None:
     for path in sorted(p for p, c in tree.items() if c is None):
         (root / path).mkdir(parents=True, exist_ok=True)
     for path, content in tree.items():
-        if content is not None:
+        if content is not None and path not in linked:
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
             os.utime(target, (old, old))
+    for path, first in linked.items():
+        os.link(root / first, root / path)
     for path in sorted((p for p, c in tree.items() if c is None), reverse=True):  # children first
         os.utime(root / path, (old, old))
 
 
-def recover_state(tree: dict[str, bytes | None], root: Path, expect: Expect) -> dict[str, bytes | None]:
+def recover_state(tree: dict[str, bytes | None], root: Path, expect: Expect,
+                  links: tuple[tuple[str, ...], ...] = ()) -> dict[str, bytes | None]:
     """Write ``tree`` to ``root``, recover it as the next processes would, and read it back."""
     from dropboxmq.recovery import recover
     from dropboxmq.session import Connection
 
     from dropboxmq.codec import encode_field
 
-    write_tree(tree, root)
+    write_tree(tree, root, links)
     logs = [os.path.basename(p) for p in tree if p.startswith("dropboxmq/transaction/") and tree[p] is not None]
     for client_id in expect.clients:
         # the crashed process starts again: its connection finishes the logs it left (where it

@@ -170,7 +170,7 @@ def explore(operation: Operation, env_name: str = "quiet", model: Model = MODELS
         state: CrashState
         for state in crash_states(trace, model, bounds):
             report.states += 1
-            recovered = recover_state(state.tree, work / "root", expect)
+            recovered = recover_state(state.tree, work / "root", expect, state.links)
             violations = judge(initial, census(recovered), state.marks, expect)
             for v in violations:
                 _note(report, trace, state, v, recovered)

@@ -28,7 +28,7 @@ from typing import Iterator, Union
 __all__ = [
     "Create", "Link", "Unlink", "Rename", "Write", "Truncate", "Fsync", "SyncAll", "Mark", "Op",
     "Baseline", "Trace", "Model", "MODELS", "Bounds", "CrashState", "crash_states", "materialise",
-    "tree_digest", "describe",
+    "tree_digest", "describe", "hard_links",
 ]
 
 
@@ -178,6 +178,7 @@ class CrashState:
     data: tuple[tuple[int, str], ...]  # (inode, version label) where not all its writes persisted
     tree: dict[str, bytes | None]  # path -> content (None: a directory)
     marks: tuple[Mark, ...]
+    links: tuple[tuple[str, ...], ...] = ()  # paths that name one file (a link()+unlink() rename cut short)
 
 
 def _entry_keys(op: Op) -> tuple[tuple[int, str], ...]:
@@ -368,6 +369,16 @@ def materialise(root: int, dirs: dict[int, dict[str, int]], contents: dict[int, 
     return {p: (None if ino in dirs else contents.get(ino, b"")) for p, ino in paths.items()}
 
 
+def hard_links(root: int, dirs: dict[int, dict[str, int]]) -> tuple[tuple[str, ...], ...]:
+    """The groups of paths that name one file (more than one name each)."""
+    paths, _ = _walk(root, dirs, {})
+    by_inode: dict[int, list[str]] = {}
+    for p, ino in paths.items():
+        if ino not in dirs:
+            by_inode.setdefault(ino, []).append(p)
+    return tuple(sorted(tuple(sorted(group)) for group in by_inode.values() if len(group) > 1))
+
+
 def tree_digest(tree: dict[str, bytes | None]) -> str:
     h = hashlib.sha256()
     for path in sorted(tree):
@@ -416,13 +427,14 @@ def crash_states(trace: Trace, model: Model = MODELS["abstract"], bounds: Bounds
                     if idx:
                         labels.append((ino, versions[idx][0]))
                 tree = materialise(base.root, dirs, contents)
-                key = (tree_digest(tree), marks)
+                links = hard_links(base.root, dirs)
+                key = (tree_digest(tree) + repr(links), marks)
                 if key in seen:
                     continue
                 seen.add(key)
                 count += 1
                 lost = tuple(i for i in pending_entries if i not in keep)
-                yield CrashState(k, lost, tuple(labels), tree, marks)
+                yield CrashState(k, lost, tuple(labels), tree, marks, links)
                 if count >= bounds.max_states:
                     return
 
