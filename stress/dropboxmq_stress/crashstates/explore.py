@@ -23,7 +23,7 @@ __all__ = ["Finding", "Report", "record", "explore", "scratch", "SHORT_BOUNDS", 
 
 SHORT_BOUNDS = Bounds(full_subsets=4, few=1, full_data=4, max_states=400)
 DEFAULT_BOUNDS = Bounds(full_subsets=8, few=1, full_data=64, max_states=3000)
-DEEP_BOUNDS = Bounds(full_subsets=12, few=2, full_data=1024, max_states=40000)
+DEEP_BOUNDS = Bounds(full_subsets=8, few=2, full_data=64, max_states=20000)
 DEFAULT_ENVS = ("quiet", "busy")
 DEEP_ENVS = ("quiet", "busy", "no-renameat2")
 

@@ -57,7 +57,7 @@ class Scale:
 
 
 DEFAULT_SCALE = Scale(batch=3, subscribers=2)
-DEEP_SCALE = Scale(batch=5, subscribers=3)
+DEEP_SCALE = Scale(batch=4, subscribers=3)
 
 
 @dataclass
