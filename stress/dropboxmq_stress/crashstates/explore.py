@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import select
 import shutil
+import signal
 import tempfile
 import time
 import traceback
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .check import ALLOWED, Violation, census, judge, recover_state
-from .model import MODELS, Bounds, CrashState, Mark, Model, Trace, crash_states, describe
+from .model import MODELS, Bounds, CrashState, Mark, Model, Trace, crash_states, describe, materialise
 from .operations import DEFAULT_SCALE, Expect, Operation, Scale
 from .record import ENVIRONMENTS, Environment, Recorder
 
@@ -69,6 +71,9 @@ def scratch() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
+RECORDING_TIMEOUT = 600.0  # s: a recording child that hangs is killed, not waited for forever
+
+
 def _in_child(work: Callable[[], Any]) -> Any:
     """``work()`` in a forked child; its result (pickled) or its traceback as RuntimeError.
     A child keeps what the operation patches, opens or leaves running (threads, fds, the
@@ -90,8 +95,20 @@ def _in_child(work: Callable[[], Any]) -> Any:
         finally:
             os._exit(code)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        payload = f.read()
+    deadline = time.monotonic() + RECORDING_TIMEOUT
+    chunks = []
+    with os.fdopen(read_end, "rb", buffering=0) as f:
+        while True:
+            ready, _, _ = select.select([f], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise RuntimeError(f"the recording child gave no answer in {RECORDING_TIMEOUT:.0f} s: killed")
+            chunk = f.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    payload = b"".join(chunks)
     os.waitpid(pid, 0)
     if not payload:
         raise RuntimeError("the recording child died without a word")
@@ -161,8 +178,6 @@ def explore(operation: Operation, env_name: str = "quiet", model: Model = MODELS
             report.seconds = round(time.monotonic() - started, 2)
             return report
         explored[sig] = env_name
-    from .model import materialise
-
     baseline_tree = materialise(trace.baseline.root, trace.baseline.dirs, trace.baseline.files)
     initial = census(baseline_tree)
     work = Path(tempfile.mkdtemp(prefix="crashstates-check-", dir=scratch()))
@@ -190,5 +205,5 @@ def _note(report: Report, trace: Trace, state: CrashState, v: Violation, recover
     first = v.rule not in report.violations
     report.violations[v.rule] = report.violations.get(v.rule, 0) + 1
     if first:
-        report.findings.append(Finding(v.rule, v.detail, state.prefix, describe(trace, state, {}),
+        report.findings.append(Finding(v.rule, v.detail, state.prefix, describe(trace, state),
                                        _listing(state.tree), _listing(recovered)))

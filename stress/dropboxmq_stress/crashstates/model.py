@@ -454,7 +454,7 @@ def _data_choices(per_file: list[tuple[int, list[tuple[str, bytes]]]], bounds: B
     yield tuple(s - 1 for s in sizes)
 
 
-def describe(trace: Trace, state: CrashState, paths: dict[int, str]) -> list[str]:
+def describe(trace: Trace, state: CrashState) -> list[str]:
     """The syscall prefix of a state, each call marked with whether it persisted."""
     lines = []
     lost = set(state.lost)

@@ -438,7 +438,6 @@ class Recorder:
     # ------------------------------------------------------------ install / uninstall
     def __enter__(self) -> "Recorder":
         self._take_baseline()
-        wrappers = {}
         for name in _WRAPPED_OS:
             self._real[name] = getattr(os, name)
         wrappers = self._wrap_os()
