@@ -14,23 +14,23 @@ from .model import MODELS
 from .operations import DEEP_SCALE, DEFAULT_SCALE, OPERATIONS
 
 
-def _print(report: Report, show: int) -> None:
+def _print(report: Report, show: int, err: bool) -> None:
     if report.same_as:
         click.echo(f"{report.operation:16s} {report.environment:13s} syscalls {report.syscalls:4d}  recorded "
-                   f"{report.recorded:3d}  the same calls as {report.same_as}: not explored again")
+                   f"{report.recorded:3d}  the same calls as {report.same_as}: not explored again", err=err)
         return
     broken = sum(report.violations.values())
     allowed = ", ".join(f"{k} {v}" for k, v in sorted(report.allowed.items()))
     click.echo(f"{report.operation:16s} {report.environment:13s} syscalls {report.syscalls:4d}  recorded "
                f"{report.recorded:3d}  states {report.states:6d}{'+' if report.capped else ' '}  "
-               f"violations {broken:4d}  {report.seconds:6.1f} s" + (f"  (allowed: {allowed})" if allowed else ""))
+               f"violations {broken:4d}  {report.seconds:6.1f} s" + (f"  (allowed: {allowed})" if allowed else ""), err=err)
     for finding in report.findings[:show]:
-        click.echo(f"  VIOLATION {finding.rule}: {finding.detail}")
-        click.echo(f"  crash after call {finding.prefix} (LOST = issued, not persisted):")
+        click.echo(err=err, message=f"  VIOLATION {finding.rule}: {finding.detail}")
+        click.echo(err=err, message=f"  crash after call {finding.prefix} (LOST = issued, not persisted):")
         for line in finding.calls:
-            click.echo(f"  {line}")
-        click.echo("  the crash left:      " + ("; ".join(finding.crash_listing) or "(nothing)"))
-        click.echo("  after recovery:      " + ("; ".join(finding.recovered_listing) or "(nothing)"))
+            click.echo(err=err, message=f"  {line}")
+        click.echo(err=err, message="  the crash left:      " + ("; ".join(finding.crash_listing) or "(nothing)"))
+        click.echo(err=err, message="  after recovery:      " + ("; ".join(finding.recovered_listing) or "(nothing)"))
 
 
 @click.command("crashstates")
@@ -62,18 +62,19 @@ def main(deep: bool, short: bool, ops: tuple[str, ...], envs: tuple[str, ...], m
     env_names = envs or (DEEP_ENVS if deep else DEFAULT_ENVS)
     model = MODELS[model_name]
     started = time.monotonic()
-    click.echo(f"model {model.name}; bounds {bounds}; {scale}")
+    err = json_path == "-"  # the JSON alone on standard output: the progress goes to standard error
+    click.echo(f"model {model.name}; bounds {bounds}; {scale}", err=err)
     reports = []
     for name in ops or OPERATIONS:
         explored: dict[tuple[str, ...], str] = {}
         for env in env_names:
             report = explore(OPERATIONS[name], env, model, bounds, scale, explored=explored)
             reports.append(report)
-            _print(report, show)
+            _print(report, show, err)
     total_states = sum(r.states for r in reports)
     total_violations = sum(sum(r.violations.values()) for r in reports)
     click.echo(f"{len(reports)} recordings, {total_states} crash states, {total_violations} violations "
-               f"in {time.monotonic() - started:.0f} s")
+               f"in {time.monotonic() - started:.0f} s", err=err)
     if json_path:
         doc = {"model": model.name, "bounds": bounds.__dict__, "scale": scale.__dict__,
                "promises": PROMISES, "allowed": ALLOWED, "reports": [r.as_dict() for r in reports]}
