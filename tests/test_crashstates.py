@@ -231,14 +231,14 @@ def test_a_broken_variant_is_reported(op: str, patch, rules: set[str]) -> None: 
 def test_cli_json_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     run = subprocess.run([sys.executable, "-m", "dropboxmq_stress.crashstates", "--short", "--op", "ack-auto",
-                          "--env", "busy", "--json", str(out)], capture_output=True, text=True, timeout=120)
+                          "--env", "busy", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads(out.read_text())
     (report,) = doc["reports"]
     assert report["operation"] == "ack-auto" and report["states"] > 0 and report["violations"] == {}
     assert "1 recordings" in run.stdout
     helped = subprocess.run([sys.executable, "-m", "dropboxmq_stress.crashstates", "--help"],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=300)
     assert "--deep" in helped.stdout and "--op" in helped.stdout and "--json" in helped.stdout
 
 
