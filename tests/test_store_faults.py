@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dropboxmq import codec, store
+from dropboxmq import codec, layout, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
@@ -108,6 +108,7 @@ def test_disk_full_in_transacted_send(root, monkeypatch):
 def test_fsync_failure_fails_the_send(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
+        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
         monkeypatch.setattr(store, "os", FakeOs(fsync=failing(errno.EIO)))
         with pytest.raises(StoreError, match="input/output error"):
             p.send(TextMessage(body=b"x"))
@@ -121,6 +122,7 @@ def test_fsync_failure_fails_the_send(root, monkeypatch):
 def test_permission_denied_on_create(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
+        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
         monkeypatch.setattr(store, "os", FakeOs(open=failing(errno.EACCES)))
         with pytest.raises(StoreError, match="permission denied") as info:
             p.send(TextMessage(body=b"x"))
@@ -399,6 +401,7 @@ def test_send_many_on_a_quiet_file_system_makes_one_syncfs(root, monkeypatch):
 def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
+        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
         real_fsync = os.fsync
 
         def fsync(fd):

@@ -10,7 +10,8 @@ processing/ sweep could REDELIVER them):
 3. orphaned working/ files older than ``orphan_age``, named by no transaction log
    and not held by a producer (working/'s lock): QUARANTINE to error/ (or DISCARD);
 4. NEW messages whose expiration passed: EXPIRE;
-5. (first, in fact) non-durable subscriptions whose consumers all died: removed.
+5. (first, in fact) non-durable subscriptions whose consumers all died: removed, and what a
+   crash left of a subscription's creation (older than ``orphan_age``) or removal.
 
 A root-wide flock serialises recoverers; live owners are never touched.
 """
@@ -32,7 +33,7 @@ from .codec import from_wire, now_ms
 from .store import Dropbox, ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
-from .topics import reclaim_orphans
+from .topics import reclaim_orphans, sweep_unfinished
 from .transaction import log_owner, logged_sends, pending_logs, recover_log, recover_owner
 
 log = logging.getLogger("dropboxmq")
@@ -48,6 +49,7 @@ class RecoveryReport:
     orphans_discarded: int = 0
     expired: int = 0
     subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
+    unfinished_removed: int = 0  # subscription directories a crash left half created or half removed
     xa_in_doubt: list[str] = field(default_factory=list)  # prepared 2PC branches awaiting a decision
     errors: list[str] = field(default_factory=list)
 
@@ -59,6 +61,7 @@ class RecoveryReport:
             "orphans_discarded": self.orphans_discarded,
             "expired": self.expired,
             "subscriptions_removed": self.subscriptions_removed,
+            "unfinished_removed": self.unfinished_removed,
             "xa_in_doubt": list(self.xa_in_doubt),
             "errors": list(self.errors),
         }
@@ -115,6 +118,7 @@ def recover(
             report.errors.append(f"xa: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
+        report.unfinished_removed = sweep_unfinished(root, cutoff)
         now = now_ms()
         for _, box in layout.all_dropboxes(root):
             report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)

@@ -68,7 +68,10 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
     Elsewhere link()+unlink(): never replaces either, and a crash between the
     two leaves both names on one inode, which recovery resolves (same inode in
-    working/ and target/ = sent).
+    working/ and target/ = sent).  The unlink is then synced (the source directory
+    fsynced): a rename is one atomic step, two calls are not, and a power loss must
+    not keep a later move while undoing this unlink (one message under two names in
+    two states; PROTOCOL.md Durability D5).
     """
     global noreplace_supported
     if noreplace_supported and renameat2 is not None:
@@ -85,9 +88,14 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     if src_dir_fd == _AT_FDCWD and dst_dir_fd == _AT_FDCWD:
         os.link(src, dst, follow_symlinks=False)
         os.unlink(src)
+        fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
     else:
         os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
         os.unlink(src, dir_fd=src_dir_fd)
+        if src_dir_fd == _AT_FDCWD:
+            fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
+        else:
+            os.fsync(src_dir_fd)
 
 
 # ---------------------------------------------------------------- file-system checks
@@ -653,13 +661,31 @@ def _whole_chars(raw: bytes) -> bytes:
 
 def ensure_dir(path: str | Path) -> None:
     """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs."""
+    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
+    Every directory it creates is durable when it returns: its parent is fsynced after the
+    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
+    parent: without this a power loss could take a new queue, and the message just fsynced
+    into its target/, away; PROTOCOL.md Durability D10)."""
     try:
-        os.makedirs(path, exist_ok=True)
+        _make_dirs_durably(os.path.normpath(os.fspath(path)))
     except OSError as exc:
         why = "something that is not a directory is in the way" if isinstance(
             exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
         raise StoreError(f"cannot create the directory {path}: {why}") from None
+
+
+def _make_dirs_durably(path: str) -> None:
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path) or "."
+    if parent != path and not os.path.isdir(parent):
+        _make_dirs_durably(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    fsync_dir(parent)  # also when another process made it first: it may not have synced yet
 
 
 def is_plain_path(root: str | Path, path: str | Path) -> bool:

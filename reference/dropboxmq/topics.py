@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import codec, layout
 from .errors import IllegalStateError, InvalidDestinationError, InvalidSelectorError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
-from .store import Dropbox, NotARegularFile, ensure_dir, is_real_dir, open_regular, read_regular_file
+from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Connection
@@ -51,7 +51,7 @@ __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
     "ancestors", "find_by_name", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "TEMP_PREFIX", "temporary_name", "temporary_owner",
+    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished", "TEMP_PREFIX", "temporary_name", "temporary_owner",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE = "durable", "nondurable", "shared", "shared-nondurable"
 META = ".subscription"
 CONSUMERS = ".consumers"
+# A subscription is built under NEW_PREFIX and renamed into place; removed by a rename to
+# DELETED_PREFIX, then deleted.  A crash in between leaves them: sweep_unfinished clears them.
+NEW_PREFIX = ".new-"
+DELETED_PREFIX = ".deleted-"
 
 
 @dataclass(frozen=True)
@@ -135,17 +139,20 @@ class Subscription:
     def create(cls, path: Path, info: SubscriptionInfo) -> "Subscription":
         """Create atomically: build under a dot-name, then rename into place."""
         path = Path(path)
-        tmp = path.parent / f".new-{uuid.uuid4().hex}"
-        Dropbox(tmp).ensure()
-        os.makedirs(tmp / CONSUMERS)
+        tmp = path.parent / f"{NEW_PREFIX}{uuid.uuid4().hex}"
+        Dropbox(tmp).ensure()  # (ensure_dir: every directory made is durable)
+        ensure_dir(tmp / CONSUMERS)
         with open(tmp / META, "w", encoding="utf-8") as f:
             json.dump(asdict(info), f)
             f.flush()
             os.fsync(f.fileno())
+        fsync_dir(str(tmp))  # the file's name in it, not only its bytes
         try:
             os.rename(tmp, path)  # fails if a concurrent creator won: use theirs
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+        # the rename is what makes it exist: durable before the caller is told it does (D9)
+        fsync_dir(str(path.parent))
         return cls(path)
 
     def active_consumers(self) -> int:
@@ -181,7 +188,7 @@ class Subscription:
     def remove(self) -> None:
         """Delete the subscription and its messages: first make it vanish atomically
         (publishers that raced us find no directory and skip it), then delete."""
-        trash = self.path.parent / f".deleted-{uuid.uuid4().hex}"
+        trash = self.path.parent / f"{DELETED_PREFIX}{uuid.uuid4().hex}"
         try:
             os.rename(self.path, trash)
         except FileNotFoundError:
@@ -390,6 +397,30 @@ def reclaim_orphans(root: Path) -> int:
                     continue
                 if not durable and sub.active_consumers() == 0:
                     sub.remove()
+                    removed += 1
+            dirnames[:] = []
+        else:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") or d == ".subscriptions"]
+    return removed
+
+
+def sweep_unfinished(root: Path, cutoff: float) -> int:
+    """Delete what a crash left of a subscription's creation (a ``.new-*`` directory last
+    changed before ``cutoff``: older than any creation still running) or removal (every
+    ``.deleted-*`` directory: already gone for everyone).  Returns how many."""
+    removed = 0
+    top = Path(root) / layout.TOPIC_ROOT
+    for dirpath, dirnames, _ in os.walk(top):
+        if os.path.basename(dirpath) == ".subscriptions":
+            for name in dirnames:
+                path = Path(dirpath) / name
+                try:
+                    unfinished = name.startswith(DELETED_PREFIX) or (
+                        name.startswith(NEW_PREFIX) and os.lstat(path).st_mtime < cutoff)
+                except FileNotFoundError:
+                    continue
+                if unfinished and is_real_dir(path):
+                    shutil.rmtree(path, ignore_errors=True)
                     removed += 1
             dirnames[:] = []
         else:

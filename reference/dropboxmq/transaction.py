@@ -227,14 +227,22 @@ class TransactionLog:
             self.store.close(fd, sync)
 
     def _files(self) -> list[str]:
-        """The log and the working/ file of every send it records."""
+        """What must be durable before the commit point: the log, the working/ file of every
+        send it records, and the directories that hold those files and the receives' claims.
+        (Roll-forward finds each file where the log says: a send's entry in working/ and a
+        receive's in processing/ must not be undone by a power loss once the log is in
+        committing/.  An fsync of a file does not make its name durable; one syncfs does all.)"""
         boxes: dict[str, Dropbox] = {}
         files = [str(self.store.path(_L.ASSOCIATED, self.name))]
+        dirs: dict[str, None] = {}
         for e in self.entries:
+            box = boxes.get(e.box) or boxes.setdefault(e.box, box_in_root(self.root, e.box))
             if e.kind == "send":
-                box = boxes.get(e.box) or boxes.setdefault(e.box, box_in_root(self.root, e.box))
                 files.append(box.file(State.NOT_COMMITTED, e.name))
-        return files
+                dirs[box.dir(State.NOT_COMMITTED)] = None
+            else:
+                dirs[box.dir(State.DELIVERED)] = None
+        return files + list(dirs)
 
     def commit(self, durable: bool) -> None:
         if not self.entries:
@@ -298,17 +306,22 @@ class Applicable(Protocol):
     def after_rollback(self) -> str: ...  # its name back in target/ (receive)
 
 
-def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool) -> list[tuple[Dropbox, State]]:
+def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
+                after_crash: bool = False) -> list[tuple[Dropbox, State]]:
     """Apply every entry's move -- commit: SEND / ACK; rollback: DISCARD / REDELIVER -- and return
     the (dropbox, state directory) each one touched.  A move whose file is gone is skipped
-    (store.Dropbox.move returns False), so applying a log twice is harmless."""
+    (store.Dropbox.move returns False), so applying a log twice is harmless.  ``after_crash``
+    (recovery): a move an earlier attempt left half done in the link()+unlink() fallback (the
+    file under its old and its new name) is finished by dropping the old name."""
     touched = []
     boxes: dict[str, Dropbox] = {}
     for e in entries:
         box = boxes.get(e.box)
         if box is None:  # one Dropbox per directory, not one per entry
             box = boxes[e.box] = box_in_root(root, e.box)
-        if e.kind == "send" and commit:
+        if after_crash and _finish_interrupted(box, e, commit):
+            pass
+        elif e.kind == "send" and commit:
             box.move(Move.SEND, State.NOT_COMMITTED, e.at, e.after_commit)
             touched.append((box, State.NEW))
         elif e.kind == "send":
@@ -326,14 +339,27 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool) -> list
     return touched
 
 
-def roll_forward(root: Path, entries: list[LogEntry], durable: bool) -> None:
-    touched = apply_moves(root, entries, commit=True)
+def _finish_interrupted(box: Dropbox, e: Applicable, commit: bool) -> bool:
+    """Was ``e``'s move cut short between its link() and its unlink()?  Then drop the old name
+    (the new one is the message) and say so.  A DISCARD has no new name: never."""
+    if e.kind == "send":
+        if not commit:
+            return False
+        source, dest, name = State.NOT_COMMITTED, State.NEW, e.after_commit
+    else:
+        source = State.DELIVERED
+        dest, name = (State.ACKNOWLEDGED, e.after_commit) if commit else (State.NEW, e.after_rollback)
+    return box.drop_interrupted_link(source, e.at, lambda state, other: state is dest and other == name)
+
+
+def roll_forward(root: Path, entries: list[LogEntry], durable: bool, after_crash: bool = False) -> None:
+    touched = apply_moves(root, entries, commit=True, after_crash=after_crash)
     if durable:
         sync_many(touched)
 
 
-def roll_back(root: Path, entries: list[LogEntry]) -> None:
-    apply_moves(root, reversed(entries), commit=False)
+def roll_back(root: Path, entries: list[LogEntry], after_crash: bool = False) -> None:
+    apply_moves(root, reversed(entries), commit=False, after_crash=after_crash)
 
 
 def read_log(path: Path) -> list[LogEntry]:
@@ -390,10 +416,10 @@ def recover_log(root: Path, where: LogState, path: Path) -> str:
     except FileNotFoundError:
         return "already recovered"
     if where is _L.COMMITTING:
-        roll_forward(root, entries, durable=True)
+        roll_forward(root, entries, durable=True, after_crash=True)
         outcome = "rolled forward"
     else:
-        roll_back(root, entries)
+        roll_back(root, entries, after_crash=True)
         outcome = "rolled back"
     LogStore(root).move(where, _LM.RECOVER, path.name, missing_ok=True)
     return outcome
