@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from dropboxmq import codec, ids
 from dropboxmq.lifecycle import STATE_DIRS
-from dropboxmq.message import TextMessage
-from dropboxmq.values import Property
-from dropboxmq.trace import KILL, locate, owner_of
+
+from . import grammar
+from .grammar import KILL, locate, owner_of
 
 from . import checks as C
 from .checks import Result
@@ -51,7 +50,7 @@ KILLER = "suite: kill -9"
 
 def mid_of(name: str) -> str:
     """The message id (without 'ID:') a file name stands for (client prefix removed)."""
-    return (codec.decode_name(codec.split_processing_name(name)[1]).message_id or "").removeprefix("ID:")
+    return grammar.bare_id(name)
 
 
 def box_dir(root: Path, state: str, box: str = BOX) -> Path:
@@ -115,17 +114,13 @@ def _killpg(pgid: int, sig: int) -> None:
 def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
         props: dict | None = None, box: str = BOX) -> tuple[str, str]:
     """Send one message the protocol's way (create in working/, close, rename into target/)."""
-    msg = TextMessage(body=body)
-    msg.message_id = ids.new_message_id()
-    msg.priority, msg.expiration = priority, expiration
-    for k, v in (props or {}).items():
-        msg.properties[k] = Property("S", str(v))
-    name = codec.encode_name(msg)
+    mid = grammar.new_message_id()
+    name = grammar.format_name(priority, mid, "T", expiration, {k: ("S", str(v)) for k, v in (props or {}).items()})
     work = box_dir(root, "working", box) / name
     with _FORK_LOCK, open(work, "xb") as f:
         f.write(body)
     os.rename(work, box_dir(root, "target", box) / name)
-    return msg.message_id.removeprefix("ID:"), name
+    return mid, name
 
 
 def put_raw(root: Path, name: str, body: bytes | None = None, *, symlink_to: str | None = None,
