@@ -343,18 +343,37 @@ def wait_event(ev: threading.Event, procs: list[Proc], timeout: float) -> bool:
 def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: str = BOX) -> list[str]:
     """Let ``proc`` run until it holds a claimed message of ``box`` (``claimed`` is set by a
     watcher listener on each claim), then kill it (SIGSTOP first, so the listing is exact)
-    and return the processing/ names it held ([] if it never held one before its timeout)."""
+    and return the processing/ names it held ([] if it never held one before its timeout).
+
+    The SIGSTOP is sent by the watcher's own thread at the claim event (a listener after the
+    one that sets ``claimed``), not by this thread once it wakes: a consumer that claims,
+    reads and acknowledges in microseconds is then still often holding its claim."""
     m, inflight = sc.manifest, []
+    armed, frozen = threading.Event(), threading.Event()
+
+    def freeze(rec: dict) -> None:
+        if armed.is_set() and claimed.is_set():
+            armed.clear()
+            proc.signal(signal.SIGSTOP)
+            frozen.set()
+
+    armed.set()
+    sc.watcher.listeners.append(freeze)
     deadline = time.monotonic() + m.timeout
-    while time.monotonic() < deadline and proc.p.poll() is None:
-        if not wait_event(claimed, [proc], max(0.0, deadline - time.monotonic())):
-            break
-        proc.signal(signal.SIGSTOP)
-        inflight = listdir(sc.root, "processing", box)
-        if inflight:
-            break
-        claimed.clear()
-        proc.signal(signal.SIGCONT)
+    try:
+        while time.monotonic() < deadline and proc.p.poll() is None:
+            if not wait_event(frozen, [proc], max(0.0, deadline - time.monotonic())):
+                break
+            inflight = listdir(sc.root, "processing", box)
+            if inflight:
+                break
+            claimed.clear()
+            frozen.clear()
+            armed.set()
+            proc.signal(signal.SIGCONT)
+    finally:
+        armed.clear()
+        sc.watcher.listeners.remove(freeze)
     proc.kill(inflight)
     proc.wait(5)
     return inflight

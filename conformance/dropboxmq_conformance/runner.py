@@ -259,12 +259,14 @@ class RunSummary:
 
 
 def trust(reports: list[ImplReport]) -> None:
-    """Mark, on every report, the checks that passed on every pass-expected implementation
-    that played them (at least one did): only those can catch a broken example."""
+    """Mark, on every report, the checks that no pass-expected implementation failed or left
+    undecided (at least one passed): only those can catch a broken example.  A good
+    implementation non-strict on a SHOULD check leaves it trusted: the broken example is then
+    caught at that level too."""
     good = [r for r in reports if r.expect == "pass"]
     played = [x for r in good for x in r.results if x.status != C.SKIPPED]
     trusted = None if not good else ({x.check for x in played if x.status == C.PASS}
-                                     - {x.check for x in played if x.status != C.PASS})
+                                     - {x.check for x in played if x.status in (C.FAIL, C.INCONCLUSIVE)})
     for r in reports:
         r.trusted = trusted
 
