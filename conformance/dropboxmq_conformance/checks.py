@@ -155,6 +155,13 @@ CHECKS: list[Check] = [
           ("J-1",)),
     Check("session.client-ack-all", "adapter",
           "CLIENT_ACKNOWLEDGE: acknowledge() acknowledges every message the session consumed.", ("J-2",)),
+    Check("session.client-ack-earlier", "adapter",
+          "CLIENT_ACKNOWLEDGE: acknowledge() called on the first of three consumed messages acknowledges all three.",
+          ("J-2",)),
+    Check("session.listener-throws", "adapter",
+          "A MessageListener that throws on its first message, in each acknowledge mode: the message is not lost "
+          "(AUTO and DUPS_OK: delivered again, flagged redelivered, at once); the session keeps delivering.",
+          ("J-10", "J-11")),
     Check("session.recover", "adapter",
           "recover() redelivers every unacknowledged message, oldest first, with JMSRedelivered and "
           "JMSXDeliveryCount >= 2.", ("J-3", "R-2")),
@@ -301,6 +308,10 @@ FIX: dict[str, str] = {
     "subscriber.kill9-redelivered": "When returning a message to target/, write JMSXDeliveryCountI=<deliveries so far>.",
     "session.auto-ack": "In AUTO_ACKNOWLEDGE, acknowledge a message when receive() returns it.",
     "session.client-ack-all": "Make acknowledge() acknowledge every message the session has consumed.",
+    "session.client-ack-earlier": "Make Message.acknowledge() on any consumed message acknowledge all the session "
+                                  "consumed (JMS 1.1 §4.5.2), not only up to that message.",
+    "session.listener-throws": "When onMessage throws: in AUTO/DUPS_OK put the message back (redelivered) at once; "
+                               "in every mode go on delivering the session's next messages.",
     "session.recover": "Make recover() put every unacknowledged message back, flagged redelivered, oldest first.",
     "session.transacted-send": "Keep transacted sends in working/ until commit; delete them on rollback.",
     "session.transacted-receive": "Acknowledge transacted receives at commit; return them (redelivered) on rollback.",

@@ -18,7 +18,8 @@ from .grammar import leaf, locate
 from . import checks as C
 from .checks import Result
 from .harness import (BOX, FALLBACK_RECOVERY, PLANTING, Proc, Scenario, box_dir, excerpt, exit_clean,
-                      kill_while_holding, listdir, make_layout, mid_of, parse_output, put, put_raw, wait_event)
+                      freeze_when, kill_while_holding, listdir, make_layout, mid_of, parse_output, put, put_raw,
+                      wait_event)
 from .manifest import Manifest, environ
 
 
@@ -310,9 +311,8 @@ def _lost_race_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], Scena
         with sc.helper(PLANTING):
             ids = [put(sc.root, 4, f"r{i}".encode())[0] for i in range(n)]
         proc = sc.run("consume", "consume", client_id="impl-1", count=n)
-        fired = wait_event(claimed, [proc], m.timeout)
+        fired = freeze_when(sc, proc, claimed, m.timeout)
         if fired:
-            proc.signal(signal.SIGSTOP)
             with sc.helper(RACING):
                 for name in sorted(listdir(sc.root, "target"), key=grammar.order_key):
                     pname = f"{RACER}~{name}"
@@ -466,8 +466,7 @@ def _late_priority_once(m: Manifest, out: Path, n: int) -> tuple[list[Result], S
             for i in range(n):
                 put(sc.root, 1, f"backlog {i}".encode())
         proc = sc.run("consume", "consume", client_id="impl-1", count=n + 1)
-        if wait_event(claimed, [proc], m.timeout):
-            proc.signal(signal.SIGSTOP)
+        if freeze_when(sc, proc, claimed, m.timeout):
             with sc.helper(LATE_ARRIVAL):
                 late = put(sc.root, 9, b"late, high priority")[0]
             arrived = len(sc.records)

@@ -94,6 +94,30 @@ def group_running(pgid: int) -> bool:
     return False
 
 
+def group_stopped(pgid: int) -> bool:
+    """Whether every process of group ``pgid`` is stopped (or dead): a SIGSTOP is only queued
+    when kill() returns; a process finishes the system call it is in (a rename) first."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def wait_stopped(pgid: int, timeout: float = 2.0) -> bool:
+    """Wait until group ``pgid`` has stopped (SIGSTOP sent): the kernel gives no event for
+    another process's stop, so its state in /proc is polled."""
+    deadline = time.monotonic() + timeout
+    while not group_stopped(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
 def kill_group(pgid: int, on_death: Callable[[], None] | None = None) -> None:
     """SIGKILL process group ``pgid``.  If a process of it still runs, it is a death the suite
     causes: frozen first (SIGSTOP), so that ``on_death`` records it after the group's last move
@@ -340,6 +364,33 @@ def wait_event(ev: threading.Event, procs: list[Proc], timeout: float) -> bool:
     return True
 
 
+def freeze_when(sc: Scenario, proc: Proc, flag: threading.Event, timeout: float) -> bool:
+    """Freeze ``proc`` (SIGSTOP, waited for) once ``flag`` (set by a watcher listener) is set; the
+    SIGSTOP is sent by the watcher's own thread at that record, so a consumer that works in
+    microseconds is caught near that moment.  False if ``flag`` was never set (after a barrier
+    that lets the watcher catch up with a process that already exited)."""
+    frozen = threading.Event()
+
+    def freeze(rec: dict) -> None:
+        if flag.is_set() and not frozen.is_set():
+            proc.signal(signal.SIGSTOP)
+            frozen.set()
+
+    sc.watcher.listeners.append(freeze)
+    try:
+        if not wait_event(frozen, [proc], timeout) and flag.is_set():
+            freeze({})
+        if not frozen.is_set():
+            sc.barrier()  # the watcher may lag behind a consumer that is done already
+    finally:
+        sc.watcher.listeners.remove(freeze)
+    if not flag.is_set():
+        return False
+    proc.signal(signal.SIGSTOP)
+    wait_stopped(proc.p.pid)
+    return True
+
+
 def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: str = BOX) -> list[str]:
     """Let ``proc`` run until it holds a claimed message of ``box`` (``claimed`` is set by a
     watcher listener on each claim), then kill it (SIGSTOP first, so the listing is exact)
@@ -364,6 +415,7 @@ def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: 
         while time.monotonic() < deadline and proc.p.poll() is None:
             if not wait_event(frozen, [proc], max(0.0, deadline - time.monotonic())):
                 break
+            wait_stopped(proc.p.pid)  # its last rename (an ack, perhaps) lands before the listing
             inflight = listdir(sc.root, "processing", box)
             if inflight:
                 break
