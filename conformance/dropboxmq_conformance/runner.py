@@ -208,11 +208,10 @@ def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
     crashes or hangs TLC makes only its own implementation's model.tlc inconclusive, never
     another's.  Returns the seconds spent."""
     started = time.monotonic()
-    for rep in reports:
-        if not (rep.tlc_jobs or rep.tlc_known):
-            continue
+
+    def judge(rep: ImplReport) -> None:
         try:
-            outcomes = replay.run_tlc_jobs(rep.tlc_jobs, parallel=parallel)
+            outcomes = replay.run_tlc_jobs(rep.tlc_jobs, parallel=1)
             per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
             result = model_checks.tlc_result(per_scenario)
         except Exception as exc:  # a crash of TLC or of our driver: this implementation only
@@ -221,6 +220,10 @@ def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
         rep.raw = [result if r.check == "model.tlc" else r for r in rep.raw]
         rep.regrade()
         rep.tlc_jobs, rep.tlc_known = [], []
+
+    waiting = [rep for rep in reports if rep.tlc_jobs or rep.tlc_known]
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:  # implementations side by side
+        list(pool.map(judge, waiting))
     return time.monotonic() - started
 
 
