@@ -285,6 +285,9 @@ def test_a_slow_but_correct_provider_passes_every_session_check(api_only, tmp_pa
     assert rep.error is None
     for check in SESSION_CHECKS:
         r = result(rep, check)
+        if check == "session.listener-throws" and r.status == C.NON_STRICT:  # the reference's back-off: J-11
+            assert r.evidence["rule"] == "J-11", r.summary
+            continue
         assert r.status == C.PASS, (check, r.summary, r.evidence)
 
 
