@@ -204,26 +204,46 @@ def run_impl(m: Manifest, out: Path, only: set[str] | None = None, tlc: bool = T
 
 
 def finish_tlc(reports: list[ImplReport], parallel: int = 2) -> float:
-    """Decide model.tlc for these reports, one TLC batch per implementation: a trace that
-    crashes or hangs TLC makes only its own implementation's model.tlc inconclusive, never
-    another's.  Returns the seconds spent."""
+    """Decide model.tlc for these reports: one TLC batch for all of them (TLC's start-up is paid
+    per group of traces, not per implementation); then every implementation for which that batch
+    could not decide (a trace that crashes or hangs TLC undecides its whole TLC run, whoever's
+    traces share it) is validated again in a batch of its own.  So a failure while judging one
+    implementation changes no other implementation's verdict.  Returns the seconds spent."""
     started = time.monotonic()
+    waiting = [rep for rep in reports if rep.tlc_jobs or rep.tlc_known]
+    try:
+        shared = replay.run_tlc_jobs([j for rep in waiting for j in rep.tlc_jobs], parallel=parallel)
+    except Exception as exc:  # our driver or TLC crashed on the shared batch: each on its own below
+        shared = {j.key: replay.TlcOutcome("inconclusive", f"{type(exc).__name__}: {exc}", unavailable=True)
+                  for rep in waiting for j in rep.tlc_jobs}
 
-    def judge(rep: ImplReport) -> None:
-        try:
-            outcomes = replay.run_tlc_jobs(rep.tlc_jobs, parallel=1)
-            per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
-            result = model_checks.tlc_result(per_scenario)
-        except Exception as exc:  # a crash of TLC or of our driver: this implementation only
-            result = C.inconclusive("model.tlc", f"TLC validation failed: {type(exc).__name__}: {exc}")
+    def undecided(rep: ImplReport, outcomes: dict) -> bool:
+        return any(outcomes[j.key].unavailable for j in rep.tlc_jobs)
+
+    def settle(rep: ImplReport, outcomes: dict | None) -> None:
+        if outcomes is None:  # alone this time
+            try:
+                outcomes = replay.run_tlc_jobs(rep.tlc_jobs, parallel=1)
+            except Exception as exc:  # a crash of TLC or of our driver: this implementation only
+                outcomes = {j.key: replay.TlcOutcome("inconclusive", f"TLC validation failed: {type(exc).__name__}: "
+                                                     f"{exc}", unavailable=True) for j in rep.tlc_jobs}
+        per_scenario = rep.tlc_known + [(j.key[1], outcomes[j.key]) for j in rep.tlc_jobs]
+        result = model_checks.tlc_result(per_scenario)
         model_checks.downgrade_overflowed([result], rep.overflowed)
         rep.raw = [result if r.check == "model.tlc" else r for r in rep.raw]
         rep.regrade()
         rep.tlc_jobs, rep.tlc_known = [], []
 
-    waiting = [rep for rep in reports if rep.tlc_jobs or rep.tlc_known]
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:  # implementations side by side
-        list(pool.map(judge, waiting))
+    again = [rep for rep in waiting if undecided(rep, shared)]
+    for rep in waiting:
+        if rep not in again:
+            settle(rep, shared)
+    if len(waiting) > 1 and again:  # (alone, the shared batch was its own already)
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:  # each on its own, side by side
+            list(pool.map(lambda rep: settle(rep, None), again))
+    else:
+        for rep in again:
+            settle(rep, shared)
     return time.monotonic() - started
 
 
