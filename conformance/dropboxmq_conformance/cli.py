@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -13,10 +16,11 @@ from rich.text import Text
 
 from dropboxmq.extras import require
 
-from .checks import CHECKS
+from .checks import CHECKS, FIX
 from .replay import TLC_MAX_EVENTS
 
-_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "skipped": "dim"}
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "skipped": "dim", "non-strict": "yellow",
+          "informational": "cyan"}
 
 
 @click.group("conformance")
@@ -28,17 +32,41 @@ def conformance() -> None:
 
 
 @conformance.command("list")
-def list_checks() -> None:
-    """Every check with its rule and the seed/spec rule it enforces."""
-    console = Console()
-    table = Table(title="conformance checks")
-    table.add_column("id", no_wrap=True)
-    table.add_column("role", no_wrap=True)
-    table.add_column("rule")
-    table.add_column("enforces", style="dim")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks (and the rules not checked) as JSON.")
+def list_checks(as_json: bool) -> None:
+    """Every check: its level per profile, the PROTOCOL.md rules it enforces, what it judges;
+    then the MUST rules no check can observe from outside."""
+    from . import protocol
+
+    if as_json:
+        rules = protocol.rules()
+        click.echo(json.dumps({
+            "protocol": protocol.version(),
+            "checks": [{"id": c.id, "role": c.role, "rule": c.rule, "fix": FIX.get(c.id, ""),
+                        "level": {p: c.level(p) for p in protocol.PROFILES},
+                        "enforces": [{"id": r, "level": rules[r].level, "strict_level": rules[r].strict_level,
+                                      "text": rules[r].text} for r in c.rules]} for c in CHECKS],
+            "not_checked": [{"id": r, "level": rules[r].level, "why": why}
+                            for r, why in protocol.NOT_CHECKED.items()]}, indent=1))
+        return
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
+    for line in textwrap.wrap(f"{len(CHECKS)} checks of {protocol.version()}, spec/PROTOCOL.md. Level: in the "
+                              "default profile / in the strict one.", width):
+        click.echo(line)
     for c in CHECKS:
-        table.add_row(c.id, c.role, Text(c.rule), Text(c.ref))
-    console.print(table)
+        lv = c.level()
+        strict = c.level(protocol.STRICT)
+        click.echo("")
+        click.echo(f"{c.id}  [{c.role}]  {lv}" + (f" / strict {strict}" if strict != lv else ""))
+        for line in textwrap.wrap(c.rule, width - 4):
+            click.echo("    " + line)
+        for line in textwrap.wrap("enforces " + c.ref.removeprefix("PROTOCOL.md "), width - 4):
+            click.echo("    " + line)
+    click.echo("")
+    click.echo("Not checked (not observable from outside; never counted as passed):")
+    for r, why in protocol.NOT_CHECKED.items():
+        for i, line in enumerate(textwrap.wrap(f"{r} ({protocol.rules()[r].level}): {why}", width - 4)):
+            click.echo(("  " if i == 0 else "    ") + line)
 
 
 @conformance.command("run")
@@ -56,7 +84,10 @@ def list_checks() -> None:
 @click.option("--tlc-max-events", default=TLC_MAX_EVENTS, show_default=True, type=click.IntRange(1),
               help="Traces with more message events than this are judged by the fast replay only "
                    "(the 1,500-event contention trace takes TLC ~40 s).")
-def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> None:
+@click.option("--profile", type=click.Choice(["default", "strict"]), default="default", show_default=True,
+              help="default: the 1.2 protocol with JMS 1.1 semantics (delivery count optional); strict: JMS 2.0 "
+                   "on top (JMSXDeliveryCount required, shared subscriptions). The summary shows both levels.")
+def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events, profile) -> None:
     """Run the suite; exit 1 if an implementation expected to pass fails a check, a
     broken example is not caught by a check named in its caught_by that every
     pass-expected implementation passes (catch rate below 100 %), or TLC could not
@@ -95,7 +126,7 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
             progress.update(task, description=f"{rep.name}: {rep.verdict}")
 
         summary = runner.run_all(manifests, out, wanted, tlc=not no_tlc, jobs=jobs, tick=tick, done=done,
-                                 tlc_max_events=tlc_max_events, stepped=stepped)
+                                 tlc_max_events=tlc_max_events, stepped=stepped, profile=profile)
 
     report.write_json(summary, out / "report.json")
     if html_path:
@@ -112,21 +143,36 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events) -> Non
 
 
 def _print_summary(summary, console: Console, tlc: bool) -> None:
+    from .findings import findings
+
     table = Table(title="conformance summary")
-    for col in ("implementation", "expected", "verdict", "pass", "fail", "inconcl.", "skipped", "caught by / failed", "time"):
-        table.add_column(col, no_wrap=col not in ("caught by / failed",))
+    for col in ("implementation", "expected", "verdict", "default", "strict", "pass", "fail", "non-strict",
+                "inconcl.", "caught by / failed rules", "time"):
+        table.add_column(col, no_wrap=col not in ("caught by / failed rules",))
     for rep in summary.reports:
         style = "green" if rep.ok else "bold red"
-        failed = ", ".join(rep.caught_by)
-        table.add_row(rep.name, rep.expect, Text(rep.verdict, style=style), str(rep.count("pass")),
-                      str(rep.count("fail")), str(rep.count("inconclusive")), str(rep.count("skipped")),
-                      Text(failed), f"{rep.seconds:.1f}s")
+        if rep.expect == "fail":
+            named = ", ".join(rep.caught_by)
+        else:  # a pass-expected implementation: the rules it broke, worst first
+            named = ", ".join(f"{f.rule} ({f.word.lower()})" for f in findings(rep.results)
+                              if f.status != "informational")
+        levels = rep.levels
+        table.add_row(rep.name, rep.expect, Text(rep.verdict, style=style), levels["default"], levels["strict"],
+                      str(rep.count("pass")), str(rep.count("fail")), str(rep.count("non-strict")),
+                      str(rep.count("inconclusive")), Text(named), f"{rep.seconds:.1f}s")
     console.print(table)
     for rep in summary.reports:
-        for r in rep.results:
-            if rep.expect == "pass" and r.status in ("fail", "inconclusive"):
-                console.print(Text.assemble((f"  {rep.name} ", "bold"), (r.status, _STYLE[r.status]),
-                                            f" {r.check}: {r.summary}"), soft_wrap=True)
+        if rep.expect == "pass":
+            for f in findings(rep.results):
+                console.print(Text.assemble((f"  {rep.name} ", "bold"), (f.word, _STYLE.get(f.status, "yellow")),
+                                            f" {f.rule} ({f.level}) {f.rule_text}"), soft_wrap=True)
+                for line in f.evidence[:3]:
+                    console.print(Text(f"      evidence: {line}"), soft_wrap=True)
+                console.print(Text(f"      what to change: {f.fix}"), soft_wrap=True)
+            for r in rep.results:
+                if r.status == "inconclusive":
+                    console.print(Text.assemble((f"  {rep.name} ", "bold"), ("inconclusive", "yellow"),
+                                                f" {r.check}: {r.summary}"), soft_wrap=True)
         if rep.error:
             console.print(Text(f"  {rep.name}: run error: {rep.error}", style="red"))
     rate = summary.catch_rate

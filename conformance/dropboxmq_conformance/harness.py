@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from dropboxmq import codec, ids
 from dropboxmq.lifecycle import STATE_DIRS
-from dropboxmq.message import TextMessage
-from dropboxmq.values import Property
-from dropboxmq.trace import KILL, locate, owner_of
+
+from . import grammar
+from .grammar import KILL, locate, owner_of
 
 from . import checks as C
 from .checks import Result
@@ -51,7 +50,7 @@ KILLER = "suite: kill -9"
 
 def mid_of(name: str) -> str:
     """The message id (without 'ID:') a file name stands for (client prefix removed)."""
-    return (codec.decode_name(codec.split_processing_name(name)[1]).message_id or "").removeprefix("ID:")
+    return grammar.bare_id(name)
 
 
 def box_dir(root: Path, state: str, box: str = BOX) -> Path:
@@ -95,6 +94,30 @@ def group_running(pgid: int) -> bool:
     return False
 
 
+def group_stopped(pgid: int) -> bool:
+    """Whether every process of group ``pgid`` is stopped (or dead): a SIGSTOP is only queued
+    when kill() returns; a process finishes the system call it is in (a rename) first."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def wait_stopped(pgid: int, timeout: float = 2.0) -> bool:
+    """Wait until group ``pgid`` has stopped (SIGSTOP sent): the kernel gives no event for
+    another process's stop, so its state in /proc is polled."""
+    deadline = time.monotonic() + timeout
+    while not group_stopped(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
 def kill_group(pgid: int, on_death: Callable[[], None] | None = None) -> None:
     """SIGKILL process group ``pgid``.  If a process of it still runs, it is a death the suite
     causes: frozen first (SIGSTOP), so that ``on_death`` records it after the group's last move
@@ -115,17 +138,13 @@ def _killpg(pgid: int, sig: int) -> None:
 def put(root: Path, priority: int = 4, body: bytes = b"", expiration: int = 0,
         props: dict | None = None, box: str = BOX) -> tuple[str, str]:
     """Send one message the protocol's way (create in working/, close, rename into target/)."""
-    msg = TextMessage(body=body)
-    msg.message_id = ids.new_message_id()
-    msg.priority, msg.expiration = priority, expiration
-    for k, v in (props or {}).items():
-        msg.properties[k] = Property("S", str(v))
-    name = codec.encode_name(msg)
+    mid = grammar.new_message_id()
+    name = grammar.format_name(priority, mid, "T", expiration, {k: ("S", str(v)) for k, v in (props or {}).items()})
     work = box_dir(root, "working", box) / name
     with _FORK_LOCK, open(work, "xb") as f:
         f.write(body)
     os.rename(work, box_dir(root, "target", box) / name)
-    return msg.message_id.removeprefix("ID:"), name
+    return mid, name
 
 
 def put_raw(root: Path, name: str, body: bytes | None = None, *, symlink_to: str | None = None,
@@ -345,21 +364,68 @@ def wait_event(ev: threading.Event, procs: list[Proc], timeout: float) -> bool:
     return True
 
 
+def freeze_when(sc: Scenario, proc: Proc, flag: threading.Event, timeout: float) -> bool:
+    """Freeze ``proc`` (SIGSTOP, waited for) once ``flag`` (set by a watcher listener) is set; the
+    SIGSTOP is sent by the watcher's own thread at that record, so a consumer that works in
+    microseconds is caught near that moment.  False if ``flag`` was never set (after a barrier
+    that lets the watcher catch up with a process that already exited)."""
+    frozen = threading.Event()
+
+    def freeze(rec: dict) -> None:
+        if flag.is_set() and not frozen.is_set():
+            proc.signal(signal.SIGSTOP)
+            frozen.set()
+
+    sc.watcher.listeners.append(freeze)
+    try:
+        if not wait_event(frozen, [proc], timeout) and flag.is_set():
+            freeze({})
+        if not frozen.is_set():
+            sc.barrier()  # the watcher may lag behind a consumer that is done already
+    finally:
+        sc.watcher.listeners.remove(freeze)
+    if not flag.is_set():
+        return False
+    proc.signal(signal.SIGSTOP)
+    wait_stopped(proc.p.pid)
+    return True
+
+
 def kill_while_holding(sc: Scenario, proc: Proc, claimed: threading.Event, box: str = BOX) -> list[str]:
     """Let ``proc`` run until it holds a claimed message of ``box`` (``claimed`` is set by a
     watcher listener on each claim), then kill it (SIGSTOP first, so the listing is exact)
-    and return the processing/ names it held ([] if it never held one before its timeout)."""
+    and return the processing/ names it held ([] if it never held one before its timeout).
+
+    The SIGSTOP is sent by the watcher's own thread at the claim event (a listener after the
+    one that sets ``claimed``), not by this thread once it wakes: a consumer that claims,
+    reads and acknowledges in microseconds is then still often holding its claim."""
     m, inflight = sc.manifest, []
+    armed, frozen = threading.Event(), threading.Event()
+
+    def freeze(rec: dict) -> None:
+        if armed.is_set() and claimed.is_set():
+            armed.clear()
+            proc.signal(signal.SIGSTOP)
+            frozen.set()
+
+    armed.set()
+    sc.watcher.listeners.append(freeze)
     deadline = time.monotonic() + m.timeout
-    while time.monotonic() < deadline and proc.p.poll() is None:
-        if not wait_event(claimed, [proc], max(0.0, deadline - time.monotonic())):
-            break
-        proc.signal(signal.SIGSTOP)
-        inflight = listdir(sc.root, "processing", box)
-        if inflight:
-            break
-        claimed.clear()
-        proc.signal(signal.SIGCONT)
+    try:
+        while time.monotonic() < deadline and proc.p.poll() is None:
+            if not wait_event(frozen, [proc], max(0.0, deadline - time.monotonic())):
+                break
+            wait_stopped(proc.p.pid)  # its last rename (an ack, perhaps) lands before the listing
+            inflight = listdir(sc.root, "processing", box)
+            if inflight:
+                break
+            claimed.clear()
+            frozen.clear()
+            armed.set()
+            proc.signal(signal.SIGCONT)
+    finally:
+        armed.clear()
+        sc.watcher.listeners.remove(freeze)
     proc.kill(inflight)
     proc.wait(5)
     return inflight

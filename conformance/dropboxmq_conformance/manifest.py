@@ -237,9 +237,11 @@ def impls_dir() -> Path:
 
 
 def default_manifests() -> list[Path]:
-    """The embedded default: the reference, the shell implementations, every broken example."""
+    """The embedded default: the reference, the shell implementations, the third-party ones
+    written from PROTOCOL.md alone (docs/), every broken example."""
     base = impls_dir()
     order = [base / "reference" / "reference.toml", base / "shell" / "shell.toml", base / "shell" / "v12-style.toml"]
+    order += sorted((base / "docs").glob("*.toml"))
     order += sorted((base / "broken").glob("*.toml"))
     return [p for p in order if p.exists()]
 

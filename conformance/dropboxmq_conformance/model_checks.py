@@ -83,6 +83,9 @@ def tlc_result(outcomes: list[tuple[str, TlcOutcome]]) -> Result:
             {"scenario": fn, "detail": fo.detail, "record": fo.first_bad, "trace": fo.context, "timeline": fo.timeline}
             for fn, fo in fails]}
         summary = f"TLC rejected {len(fails)} trace(s): " + "; ".join(f"{fn}: {fo.detail}" for fn, fo in fails)
+        rules = {fo.rule for _, fo in fails}
+        if len(rules) == 1 and None not in rules:  # graded at that rule's level, not S-1's
+            ev["rule"] = rules.pop()
         return C.Result("model.tlc", C.FAIL, summary, ev)
     passed = [n for n, o in judged if o.status == C.PASS]
     unsure = [(n, o) for n, o in judged if o.status == C.INCONCLUSIVE]

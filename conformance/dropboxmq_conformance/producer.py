@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from dropboxmq import codec
 from dropboxmq.lifecycle import State
-from dropboxmq.trace import locate
+
+from . import grammar
+from .grammar import leaf, locate
 
 from . import checks as C
 from .checks import Result
@@ -92,7 +93,7 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
 
     names = listdir(sc.root, "target", dot=True)
     bad_names = [n for n in names if n.startswith(".") or len(n.encode()) > 255
-                 or codec.decode_name(n).message_id == "ID:" + n]
+                 or grammar.parse(n) is None]
     ids = [mid_of(n) for n in names]
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if bad_names or dups:
@@ -102,6 +103,8 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
         res.append(C.inconclusive("producer.names-decode", "nothing in target/"))
     else:
         res.append(C.passed("producer.names-decode", f"{len(names)} names parse, ids unique"))
+
+    res.extend(_id_order_results(recs))
 
     want = sorted(hashlib.sha256(b).hexdigest() for b in bodies)
     got = {}
@@ -118,7 +121,7 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
                             f"expected {count} bodies, found {len(got)}; {len(missing)} missing, {len(extra)} not asked for",
                             files=extra[:10], text=f"missing body hashes: {missing[:5]}"))
 
-    wrong = [n for n in names if not n.startswith(".") and codec.decode_name(n).priority != priority]
+    wrong = [n for n in names if not n.startswith(".") and grammar.priority_of(n) != priority]
     if wrong:
         res.append(C.failed("producer.metadata", f"{len(wrong)} message(s) without JMSPriority {priority}", files=wrong[:10]))
     elif names:
@@ -136,3 +139,37 @@ def producer_scenario(m: Manifest, out: Path, count: int = 6, priority: int = 7)
     for result in res:
         result.evidence.setdefault("scenario", sc.name)
     return res, sc
+
+
+#: what a producer's ids look like when they keep order (N-5), for the report's "what to change"
+EXPECTED_ID = ("<epochMillis><3-digit counter>-<digits>, e.g. 1700000000123000-0123456789 then "
+               "1700000000123001-... for a second send in the same millisecond")
+
+
+def _id_order_results(recs: list[dict]) -> list[Result]:
+    """producer.ids-in-send-order (N-6) and producer.id-form (N-5), from the order of the
+    producer's renames into target/ (its send order)."""
+    sent = [leaf(r["dst"]) for r in recs if r.get("op") == "rename" and r.get("kind") != "dir"
+            and (d := locate(r["dst"])) is not None and d.box == BOX and d.state is State.NEW
+            and (s := locate(r["src"])) is not None and s.state is State.NOT_COMMITTED]
+    if len(sent) < 2:
+        why = "fewer than two sends: no order to judge"
+        return [C.inconclusive("producer.ids-in-send-order", why), C.inconclusive("producer.id-form", why)]
+    res = []
+    inverted = [(a, b) for a, b in zip(sent, sent[1:], strict=False)
+                if grammar.priority_of(a) == grammar.priority_of(b) and grammar.order_key(b) <= grammar.order_key(a)]
+    if inverted:
+        a, b = inverted[0]
+        res.append(C.failed("producer.ids-in-send-order",
+                            f"{len(inverted)} of {len(sent) - 1} consecutive sends sort before the message sent "
+                            f"before them: a consumer delivers them out of send order. Expected ids: {EXPECTED_ID}",
+                            files=[a, b], text="send order: " + ", ".join(sent)))
+    else:
+        res.append(C.passed("producer.ids-in-send-order", f"the {len(sent)} names sort in send order"))
+    foreign = [n for n in sent if not grammar.has_ordered_id(n)]
+    if foreign:
+        res.append(C.failed("producer.id-form", f"{len(foreign)} of {len(sent)} ids are not of the form {EXPECTED_ID}",
+                            files=foreign[:10]))
+    else:
+        res.append(C.passed("producer.id-form", f"all {len(sent)} ids have the <epochMillis><counter>-<digits> form"))
+    return res

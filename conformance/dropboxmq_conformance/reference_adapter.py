@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import threading
 from typing import Any
 
 from dropboxmq.errors import (
@@ -62,6 +63,7 @@ class Adapter:
         self.consumers: dict[str, Any] = {}
         self.queue_consumers: dict[tuple, Any] = {}
         self.numbers = itertools.count(1)  # ids are never reused, even after a close
+        self.received: dict[str, Any] = {}  # JMSMessageID -> the message object the adapter handed out
 
     def handle(self, req: dict) -> dict:
         op = req.get("op")
@@ -126,7 +128,39 @@ class Adapter:
             if c is None:
                 c = self.queue_consumers[key] = s.create_consumer(self._dest(req), req.get("selector"))
         msg = c.receive(float(req.get("timeout_ms", 200)) / 1000)
+        if msg is not None:
+            self.received[msg.message_id] = msg
         return {"message": None if msg is None else _message(msg)}
+
+    def listener(self, session, got: list, done: threading.Event, count: int, throw_first: bool,
+                 finish: str | None):
+        """The MessageListener of op_listen: records each delivery, throws on the first; at the
+        count-th it acknowledges or commits (from the listener: the session is the listener's)."""
+        def on_message(msg) -> None:
+            self.received[msg.message_id] = msg
+            got.append(_message(msg))
+            try:
+                if throw_first and len(got) == 1:
+                    raise RuntimeError("the conformance listener fails its first message")
+                if len(got) == count and finish == "acknowledge":
+                    msg.acknowledge()
+                elif len(got) == count and finish == "commit":
+                    session.commit()
+            finally:
+                if len(got) >= count:
+                    done.set()
+        return on_message
+
+    def op_listen(self, req: dict) -> dict:
+        s = self._session(req)
+        c = s.create_consumer(self._dest(req))
+        got: list[dict] = []
+        done = threading.Event()
+        c.set_message_listener(self.listener(s, got, done, int(req.get("count", 1)), bool(req.get("throw_on_first")),
+                                             req.get("finish")))
+        done.wait(float(req.get("timeout_ms", 5000)) / 1000)
+        c.close()
+        return {"deliveries": list(got)}
 
     def op_close_consumer(self, req: dict) -> dict:
         self.consumers.pop(req["consumer"]).close()
@@ -137,7 +171,10 @@ class Adapter:
         return {}
 
     def op_acknowledge(self, req: dict) -> dict:
-        self._session(req).acknowledge()
+        if req.get("message"):  # Message.acknowledge() on that message: all the session consumed
+            self.received[req["message"]].acknowledge()
+        else:
+            self._session(req).acknowledge()
         return {}
 
     def op_recover(self, req: dict) -> dict:

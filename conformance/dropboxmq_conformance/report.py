@@ -9,10 +9,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from . import checks as C
+from . import protocol
 from .checks import BY_ID
+from .findings import findings
 from .runner import RunSummary
 
-_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "inconclusive": "#9a6700", "skipped": "#6e7781"}
+_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "inconclusive": "#9a6700", "skipped": "#6e7781",
+           "non-strict": "#bf8700", "informational": "#0969da"}
 _STATE_COLORS = {"ABSENT": "#d0d7de", "NOT_COMMITTED": "#ddf4ff", "NEW": "#b6e3ff", "DELIVERED": "#fff8c5",
                  "ACKNOWLEDGED": "#aceebb", "EXPIRED": "#eaeef2", "DEAD_LETTER": "#ffd8b5", "ILLEGAL": "#ff8182"}
 
@@ -62,7 +65,8 @@ def _evidence(r: C.Result) -> str:
     return "".join(parts)
 
 
-_MARKS = {"pass": "&#10003;", "fail": "&#10007;", "inconclusive": "?", "skipped": "&ndash;"}
+_MARKS = {"pass": "&#10003;", "fail": "&#10007;", "inconclusive": "?", "skipped": "&ndash;", "non-strict": "!",
+          "informational": "i"}
 
 
 def _matrix(summary: RunSummary) -> str:
@@ -84,7 +88,8 @@ def _matrix(summary: RunSummary) -> str:
         rows.append(f'<tr><th><a href="#impl-{_e(rep.name)}">{_e(rep.name)}</a> <small>({_e(rep.expect)} '
                     f'expected)</small></th>{"".join(cells)}</tr>')
     return (f'<table class="matrix"><tr><th>implementation \\ check</th>{head}</tr>{"".join(rows)}</table>'
-            '<p><small>&#10003; pass &middot; &#10007; fail &middot; ? inconclusive &middot; &ndash; skipped; '
+            '<p><small>&#10003; pass &middot; &#10007; fail (a MUST broken) &middot; ! non-strict (a SHOULD broken) '
+            "&middot; i informational (a MAY absent) &middot; ? inconclusive &middot; &ndash; skipped; "
             "hover a cell for its summary.</small></p>")
 
 
@@ -95,7 +100,8 @@ def write_html(summary: RunSummary, path: Path) -> None:
         rows.append(
             f'<tr class="{ok_style}"><td><a href="#impl-{_e(rep.name)}">{_e(rep.name)}</a></td>'
             f"<td>{_e(rep.expect)}</td><td><b>{_e(rep.verdict)}</b></td>"
-            + "".join(f"<td>{rep.count(s)}</td>" for s in ("pass", "fail", "inconclusive", "skipped"))
+            + "".join(f"<td>{_e(lv)}</td>" for lv in rep.levels.values())
+            + "".join(f"<td>{rep.count(s)}</td>" for s in ("pass", "fail", "non-strict", "inconclusive", "skipped"))
             + f"<td>{_e(', '.join(rep.caught_by) if rep.expect == 'fail' else '')}</td><td>{rep.seconds:.1f}s</td></tr>")
     rate = summary.catch_rate
     rate_txt = "n/a" if rate is None else f"{rate * 100:.0f} % ({sum(r.ok for r in summary.broken)}/{len(summary.broken)})"
@@ -111,6 +117,12 @@ def write_html(summary: RunSummary, path: Path) -> None:
                 f"&mdash; {_e(r.summary)}</summary><div class=\"rule\"><b>rule:</b> {_e(chk.rule)}<br>"
                 f"<b>enforces:</b> {_e(chk.ref)}</div>{body}</details>")
         err = f'<p class="bad">run error: {_e(rep.error)}</p>' if rep.error else ""
+        heads = findings(rep.results)
+        if heads:
+            err += "<h3>findings</h3><ol>" + "".join(
+                f'<li><b style="color:{_COLORS.get(f.status)}">{_e(f.word)}</b> <b>{_e(f.rule)}</b> ({_e(f.level)}) '
+                f"{_e(f.rule_text)}<br><small>evidence: {_e('; '.join(f.evidence))}</small><br>"
+                f"<b>what to change:</b> {_e(f.fix)}</li>" for f in heads) + "</ol>"
         if rep.manifest.waivers:
             err += "<p><b>waivers</b> (the manifest declares it cannot honour these):</p><ul>" + "".join(
                 f"<li><code>{_e(c)}</code>: {_e(why)}</li>" for c, why in rep.manifest.waivers.items()) + "</ul>"
@@ -132,8 +144,11 @@ table.matrix th.chk{{vertical-align:bottom;padding:2px}} table.matrix th.chk div
 <p>{time.strftime("%Y-%m-%d %H:%M:%S")} &middot; wall time {summary.seconds:.1f} s &middot; catch rate of the broken examples:
 <b>{_e(rate_txt)}</b> &middot; overall: <b class="{'ok' if summary.ok else 'bad'}">{_e(summary.overall)}</b></p>
 {_matrix(summary)}
-<table><tr><th>implementation</th><th>expected</th><th>verdict</th><th>pass</th><th>fail</th><th>inconclusive</th>
+<table><tr><th>implementation</th><th>expected</th><th>verdict</th><th>default profile</th><th>strict profile</th>
+<th>pass</th><th>fail</th><th>non-strict</th><th>inconclusive</th>
 <th>skipped</th><th>caught by</th><th>time</th></tr>{''.join(rows)}</table>
+<p><small>Judged by {_e(protocol.version())} (spec/PROTOCOL.md). Not checked, never counted as passed:
+{_e("; ".join(f"{r}: {why}" for r, why in protocol.NOT_CHECKED.items()))}</small></p>
 <p><small>pass / fail / inconclusive (the suite could not decide, says why) / skipped (role not played or property
 waived by the manifest). A broken example is <i>caught</i> only by a check named in its <code>caught_by</code>
 that every pass-expected implementation of this run passes.</small></p>
@@ -157,6 +172,8 @@ def write_junit(summary: RunSummary, path: Path) -> None:
             if r.status == "fail" and rep.expect == "pass":
                 fails += 1
                 ET.SubElement(tc, "failure", message=r.summary[:500]).text = text
+            elif r.status in (C.NON_STRICT, C.INFORMATIONAL):  # a pass, with the rule broken and the evidence
+                ET.SubElement(tc, "system-out").text = f"{r.status} ({r.evidence.get('rule')}): {text}"
             elif r.status in ("inconclusive", "skipped"):
                 skips += 1
                 ET.SubElement(tc, "skipped", message=f"{r.status}: {r.summary}"[:500])
@@ -185,8 +202,11 @@ def write_junit(summary: RunSummary, path: Path) -> None:
 
 def write_json(summary: RunSummary, path: Path) -> None:
     data = {"seconds": summary.seconds, "catch_rate": summary.catch_rate, "ok": summary.ok,
-            "overall": summary.overall, "inconclusive": summary.inconclusive,
+            "overall": summary.overall, "inconclusive": summary.inconclusive, "protocol": protocol.version(),
+            "not_checked": protocol.NOT_CHECKED,
             "implementations": [{"name": r.name, "expect": r.expect, "verdict": r.verdict, "ok": r.ok,
+                                 "profile": r.profile, "levels": r.levels,
+                                 "findings": [f.as_dict() for f in findings(r.results)],
                                  "seconds": r.seconds, "error": r.error,
                                  "results": [x.as_dict() for x in r.results]} for r in summary.reports]}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -165,6 +165,72 @@ def s_client(a: Adapter, root: Path | None) -> str:
     return "one acknowledge() acknowledged all 3 consumed messages (recover() redelivered none)"
 
 
+def s_client_earlier(a: Adapter, root: Path | None) -> str:
+    s = a.ok("session", ack_mode="client")["session"]
+    for i in range(3):
+        a.ok("send", session=s, queue="QCLE", body=f"e{i}")
+    got = _receive_up_to(a, 3, session=s, queue="QCLE")
+    _expect(all(got), f"received {got}")
+    a.ok("acknowledge", session=s, message=got[0]["id"])
+    _files(root, "QCLE", ("processed", 3), ("processing", 0))
+    a.ok("recover", session=s)
+    again = a.ok("receive", session=s, queue="QCLE", timeout_ms=ABSENT_MS)["message"]
+    _expect(again is None, f"after acknowledge() on the first message, recover() redelivered "
+            f"{again and again.get('body')!r}: it acknowledged only up to the message it was called on")
+    a.ok("close_session", session=s)
+    return "acknowledge() on the first of 3 messages acknowledged all 3"
+
+
+class NotPlayed(Exception):
+    """The adapter cannot play the check (an operation it does not implement): inconclusive."""
+
+
+class ShouldBroken(AssertionError):
+    """A finding that breaks a SHOULD rule (named) while the check's MUST holds."""
+
+    def __init__(self, rule: str, what: str):
+        super().__init__(what)
+        self.rule = rule
+
+
+def s_listener(a: Adapter, root: Path | None) -> str:
+    """A listener that throws on its first message, in each acknowledge mode (J-10, J-11)."""
+    late = []
+    for mode in ("auto", "dups_ok", "client", "transacted"):
+        q = f"QLIS{mode.upper().replace('_', '')}"
+        s = a.ok("session", ack_mode=mode)["session"]
+        p = a.ok("session", ack_mode="auto")["session"]
+        for i in range(3):
+            a.ok("send", session=p, queue=q, body=f"{mode}-{i}")
+        again = mode in ("auto", "dups_ok")
+        finish = {"client": "acknowledge", "transacted": "commit"}.get(mode)
+        resp = a.req("listen", session=s, queue=q, throw_on_first=True, count=4 if again else 3,
+                     timeout_ms=DELIVER_MS, finish=finish)
+        if resp.get("error") == "unknown_op":
+            raise NotPlayed("the adapter has no listen operation (README: the adapter protocol)")
+        _expect(bool(resp.get("ok")), f"listen failed: {resp.get('error')}: {resp.get('message')}")
+        got = resp["deliveries"]
+        bodies = [m["body"] for m in got]
+        _expect(sorted(set(bodies)) == [f"{mode}-{i}" for i in range(3)],
+                f"{mode}: after the listener threw on {bodies[:1]}, it got {bodies}: the session stopped delivering")
+        if again:
+            first = got[0]
+            back = [m for m in got[1:] if m["id"] == first["id"]]
+            _expect(bool(back), f"{mode}: the message the listener threw on was not delivered again ({bodies})")
+            _expect(back[0]["redelivered"], f"{mode}: its redelivery is not flagged JMSRedelivered")
+            if got[1]["id"] != first["id"]:
+                late.append(f"{mode}: redelivered after {got.index(back[0]) - 1} other message(s), not at once")
+        a.ok("close_session", session=s)
+        a.ok("close_session", session=p)
+        if not again:  # acknowledge() / commit() covered what the listener was given
+            _drained(a, q, f"{mode}: after the listener ran and the session acknowledged")
+        # (AUTO, DUPS_OK: a delivery may still be acknowledging when the listener stops: not judged)
+    if late:
+        raise ShouldBroken("J-11", "; ".join(late))
+    return ("in every acknowledge mode the session kept delivering after the listener threw; AUTO and DUPS_OK "
+            "redelivered the message at once, flagged")
+
+
 def s_recover(a: Adapter, root: Path | None) -> str:
     s = a.ok("session", ack_mode="client")["session"]
     for b in ("x1", "x2"):
@@ -311,6 +377,8 @@ def s_selector(a: Adapter, root: Path | None) -> str:
 SESSION_CHECKS: list[tuple[str, Callable, tuple[str, ...], str]] = [
     ("session.auto-ack", s_auto, (), "1.1"),
     ("session.client-ack-all", s_client, (), "1.1"),
+    ("session.client-ack-earlier", s_client_earlier, (), "1.1"),
+    ("session.listener-throws", s_listener, (), "1.1"),
     ("session.recover", s_recover, (), "1.1"),
     ("session.transacted-send", s_tx_send, (), "1.1"),
     ("session.transacted-receive", s_tx_receive, (), "1.1"),
@@ -365,10 +433,14 @@ def session_scenario(m: Manifest, out: Path, only: set[str] | None = None) -> tu
                     extra.append(ad)
                 text = fn(main, *extra, root)
                 res.append(C.passed(cid, (API_ONLY_NOTE if root is None else "") + text, api_only=root is None))
+            except NotPlayed as exc:
+                res.append(C.inconclusive(cid, str(exc)))
             except (AssertionError, AdapterError) as exc:
                 tail = [{"request": q, "response": r} for q, r in (main.log + [x for e in extra for x in e.log])[-6:]]
                 res.append(C.failed(cid, (API_ONLY_NOTE if root is None else "") + str(exc)[:300],
                                     text=json.dumps(tail, indent=1)[:3000], api_only=root is None))
+                if isinstance(exc, ShouldBroken):  # graded at that SHOULD's level, not the check's MUST
+                    res[-1].evidence["rule"] = exc.rule
             finally:
                 for ad in extra:
                     ad.close()

@@ -1,11 +1,12 @@
 """Topic scenarios: the ``publish`` and ``subscribe`` roles, judged through the file system.
 
-Layout (PROTOCOL.md §1): topic ``a.b`` lives in ``<root>/topic-root/a/b/``; each
+Layout (PROTOCOL.md L-2, L-3): topic ``a.b`` lives in ``<root>/topic-root/a/b/``; each
 subscription is a dropbox ``.subscriptions/<subId>/`` with the six state
 directories, and the topic's ``.incoming/`` takes files for a distributor.  The
-suite creates durable subscriptions the way the reference does (``subId =
-enc(name).enc(clientId)`` plus its ``.subscription`` description), so any
-implementation that lists ``.subscriptions/`` finds them.
+suite creates durable subscriptions by writing what PROTOCOL.md L-3 and L-4 document
+(``subId = enc(name).enc(clientId)``, its ``.subscription`` description, built under a
+dot-name and renamed into place), so any implementation that lists ``.subscriptions/``
+finds them.
 
 * **publish** -- the publisher sends ``{body_dir}`` on ``{topic}``.  With
   ``publish_mode = "fan-out"`` (1.2's way) it writes one copy per subscription of
@@ -25,19 +26,20 @@ dropbox; the fan-out itself -- Topics.tla's part -- is judged by the checks here
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
+import uuid
 from collections import Counter
 from pathlib import Path
 
-from dropboxmq import codec
-from dropboxmq import topics as ref_topics
-from dropboxmq.lifecycle import State
-from dropboxmq.trace import locate
+from dropboxmq.lifecycle import STATE_DIRS, State
 
 from . import checks as C
+from . import grammar
 from .checks import Result
 from .consumer import claims_by_rename
+from .grammar import locate
 from .harness import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, excerpt, exit_clean, kill_while_holding, listdir,
                       make_layout, mid_of, parse_output, put)
 from .manifest import Manifest, environ
@@ -58,11 +60,18 @@ def incoming_box(topic: str) -> str:
 
 
 def create_subscription(root: Path, topic: str, name: str, client_id: str) -> str:
-    """A durable subscription in the reference's form; returns its dropbox (relative to root)."""
-    info = ref_topics.SubscriptionInfo(ref_topics.DURABLE, name, client_id, topic, None, False)
-    box = f"{topic_box(topic)}/.subscriptions/{info.sub_id()}"
-    os.makedirs(Path(root) / topic_box(topic) / ".subscriptions", exist_ok=True)
-    ref_topics.Subscription.create(Path(root) / box, info)
+    """A durable subscription as PROTOCOL.md L-3/L-4 document it; returns its dropbox (relative
+    to root)."""
+    subs = Path(root) / topic_box(topic) / ".subscriptions"
+    box = f"{topic_box(topic)}/.subscriptions/{grammar.encode_field(name)}.{grammar.encode_field(client_id)}"
+    building = subs / f".new-{uuid.uuid4().hex}"  # a dot-name: no message place until renamed (L-6)
+    for state in STATE_DIRS:
+        os.makedirs(building / state)
+    os.makedirs(building / ".consumers")
+    with open(building / ".subscription", "w", encoding="utf-8") as f:
+        json.dump({"kind": "durable", "name": name, "client_id": client_id, "topic": topic, "selector": None,
+                   "no_local": False}, f)
+    os.rename(building, Path(root) / box)
     return box
 
 
@@ -343,20 +352,28 @@ def subscriber_kill9(m: Manifest, out: Path, n: int = 12) -> tuple[list[Result],
         sc.close()
     sc.tlc_boxes = [own]
     if not inflight:
-        return _finish([C.inconclusive("subscriber.kill9-recovery", "no message was in processing/ when the "
-                                       "subscriber was frozen")], sc)
+        why = "no message was in processing/ when the subscriber was frozen"
+        return _finish([C.inconclusive("subscriber.kill9-recovery", why),
+                        C.inconclusive("subscriber.kill9-redelivered", why)], sc)
     problems = []
     not_back = [i for i, name in back if name is None]
-    unflagged = [name for _, name in back if name is not None and not codec.decode_name(name).redelivered]
+    unflagged = [name for _, name in back if name is not None and not grammar.redelivered(name)]
     lost = [i for i in ids if i not in set(first) | set(second)]
     left = listdir(root, "processing", own) + listdir(root, "target", own)
     for what, items in (("in-flight message(s) not back in target/ after recovery", not_back),
-                        ("came back without the redelivered flag (JMSXDeliveryCount in the name)", unflagged),
                         ("message(s) never delivered", lost), ("message(s) left in target/ or processing/", left)):
         if items:
             problems.append(f"{len(items)} {what}")
-    ev = {"files": (not_back + unflagged + lost + left)[:12], "text": "in flight at kill -9: " + ", ".join(inflight[:8])}
-    if problems:
-        return _finish([C.failed("subscriber.kill9-recovery", "; ".join(problems), **ev)], sc)
-    return _finish([C.passed("subscriber.kill9-recovery", f"{len(inflight)} in-flight message(s) came back "
-                             f"redelivered and were delivered again; none of {n} lost", **ev)], sc)
+    ev = {"files": (not_back + lost + left)[:12], "text": "in flight at kill -9: " + ", ".join(inflight[:8])}
+    res = [C.failed("subscriber.kill9-recovery", "; ".join(problems), **ev) if problems else
+           C.passed("subscriber.kill9-recovery", f"{len(inflight)} in-flight message(s) came back and were "
+                    f"delivered again; none of {n} lost", **ev)]
+    if not_back:
+        res.append(C.inconclusive("subscriber.kill9-redelivered", "the in-flight messages did not come back"))
+    elif unflagged:
+        res.append(C.failed("subscriber.kill9-redelivered", f"{len(unflagged)} came back without a delivery count "
+                            "(JMSXDeliveryCountI=<n> in the name): their next delivery is not flagged redelivered",
+                            files=unflagged[:12]))
+    else:
+        res.append(C.passed("subscriber.kill9-redelivered", f"all {len(back)} came back with their delivery count"))
+    return _finish(res, sc)

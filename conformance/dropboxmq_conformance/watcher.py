@@ -45,7 +45,7 @@ from typing import Callable, Iterable, TextIO
 
 from inotify_simple import INotify, flags
 
-from dropboxmq.trace import KILL
+from .grammar import KILL
 
 WATCH_MASK = (
     flags.CREATE

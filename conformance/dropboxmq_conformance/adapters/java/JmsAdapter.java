@@ -16,11 +16,14 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Enumeration;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 
 import javax.jms.Connection;
 import javax.jms.ConnectionFactory;
@@ -55,7 +58,9 @@ public final class JmsAdapter {
     private final Map<String, MessageConsumer> consumers = new HashMap<>();
     private final Map<String, MessageConsumer> queueConsumers = new HashMap<>();
     /** The last message each CLIENT_ACKNOWLEDGE session received: acknowledge() goes through it. */
-    private final Map<String, Message> lastReceived = new HashMap<>();
+    private final Map<String, Message> lastReceived = Collections.synchronizedMap(new HashMap<>());
+    /** Every message handed out, by JMSMessageID: acknowledge with "message" goes through that one. */
+    private final Map<String, Message> received = Collections.synchronizedMap(new HashMap<>());
     private int sessionCount, consumerCount;
 
     JmsAdapter(ConnectionFactory factory, String clientId) throws JMSException {
@@ -124,6 +129,7 @@ public final class JmsAdapter {
                 case "close_consumer": consumer(req).close(); consumers.remove(str(req, "consumer", "")); break;
                 case "unsubscribe": session(req).unsubscribe(str(req, "name", "")); break;
                 case "acknowledge": acknowledge(req); break;
+                case "listen": out.put("deliveries", listen(req)); break;
                 case "recover": session(req).recover(); break;
                 case "commit": session(req).commit(); break;
                 case "rollback": session(req).rollback(); break;
@@ -244,7 +250,45 @@ public final class JmsAdapter {
         Message m = timeout <= 0 ? c.receiveNoWait() : c.receive(timeout);
         if (m == null) return null;
         lastReceived.put(sid, m);
+        received.put(m.getJMSMessageID(), m);
         return message(m);
+    }
+
+    /** A MessageListener on a new consumer of the queue: records each delivery, throws on the
+     *  first one when asked, until "count" deliveries or "timeout_ms"; then the consumer closes. */
+    List<Object> listen(Map<String, Object> req) throws JMSException {
+        Session s = session(req);
+        String sid = str(req, "session", "s1");
+        MessageConsumer c = s.createConsumer(destination(s, req));
+        List<Object> got = Collections.synchronizedList(new ArrayList<>());
+        int count = (int) num(req, "count", 1);
+        boolean throwFirst = bool(req, "throw_on_first");
+        String finish = str(req, "finish", "");
+        CountDownLatch done = new CountDownLatch(count);
+        c.setMessageListener(m -> {
+            try {
+                got.add(message(m));
+                lastReceived.put(sid, m);
+                received.put(m.getJMSMessageID(), m);
+                if (throwFirst && got.size() == 1) throw new RuntimeException("the conformance listener fails its first message");
+                // the session belongs to the listener's thread now: acknowledge or commit from here
+                if (got.size() == count && finish.equals("acknowledge")) m.acknowledge();
+                if (got.size() == count && finish.equals("commit")) s.commit();
+            } catch (JMSException e) {
+                throw new RuntimeException(e);
+            } finally {
+                done.countDown();
+            }
+        });
+        try {
+            done.await(num(req, "timeout_ms", 5000), TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        c.close();
+        synchronized (got) {
+            return new ArrayList<>(got);
+        }
     }
 
     private final Map<String, String> sessionOf = new HashMap<>();
@@ -266,6 +310,13 @@ public final class JmsAdapter {
 
     void acknowledge(Map<String, Object> req) throws JMSException {
         session(req);  // an unknown session is an error even with nothing to acknowledge
+        if (req.get("message") != null) {  // acknowledge() on that message: all the session consumed
+            Message given = received.get(str(req, "message", ""));
+            if (given == null) throw new BadRequest("no message " + req.get("message") + " was received");
+            given.acknowledge();
+            lastReceived.remove(str(req, "session", "s1"));
+            return;
+        }
         Message m = lastReceived.remove(str(req, "session", "s1"));
         if (m != null) m.acknowledge();  // JMS 1.1: acknowledges every message the session consumed
     }
