@@ -84,7 +84,9 @@ def test_a_check_is_graded_at_its_rule_level_per_profile():
 #: session, topics or ids: the judge reads names with its own grammar (PROTOCOL.md).
 JUDGE_MAY_IMPORT = {"dropboxmq.lifecycle", "dropboxmq.spec_traces", "dropboxmq.extras"}
 #: implementations under test that ship inside the judge's package: they run the library
-IMPLEMENTATIONS = {"reference_adapter.py", "spark/consumer.py", "spark/producer.py"}
+# implementations under test, not the judge: they may use the library
+IMPLEMENTATIONS = {"reference_adapter.py", "spark/consumer.py", "spark/producer.py",
+                   "celery/common.py", "celery/producer.py", "celery/worker.py"}
 
 
 def _reference_imports(path: Path) -> set[str]:
