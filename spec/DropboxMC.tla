@@ -51,6 +51,14 @@ MutantAckingPcs == {"acking", "commit", "recover", "rollback"}
 MutantEarlyAckLogDirs == {"associated"}
 \* the orphan sweep takes processing/ files of a consumer that is still alive
 MutantOwnerGone(c) == TRUE
+\* dead-letters at the limit: `>=` for `>` (the last allowed delivery is never made)
+MutantOverLimit(f) == f.n + 1 >= MaxDel
+\* the expiry sweep also expires processing/ files: a message a live session is processing
+MutantSweepExpiresHeld == TRUE
+\* CLIENT acknowledge() renames processing/* without its client prefix: other consumers' files
+MutantAckMatches(c, f) == TRUE
+\* a consumer claims a message before its delivery time (ignores the delivery delay)
+MutantReady(m) == TRUE
 (***************************************************************************)
 (***************************************************************************)
 (* TLC figures for the mutants and witnesses (1 worker, `spec check`):     *)

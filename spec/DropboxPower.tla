@@ -75,7 +75,7 @@ PowerLoss ==
     /\ cur' = [c \in Consumer |-> NoMsg]
     /\ held' = [c \in Consumer |-> <<>>]
     /\ todo' = [c \in Consumer |-> {}]
-    /\ UNCHANGED <<log, logset, created, mode, expired, handled, deliveries, purged,
+    /\ UNCHANGED <<log, logset, created, mode, expired, due, handled, deliveries, purged,
                    everNew, dur, sendDone>>
 
 (* Every other step of Dropbox leaves durability alone.  (A producer's   *)

@@ -227,49 +227,54 @@ def test_receive_side_mutant_breaks_the_refinement(tmp_path, name):
     assert sm.violated_property(res) == "Refinement"
 
 
-def _tx_traces() -> dict[str, list[dict]]:
+def _tx_traces(content: bool = True) -> dict[str, list[dict]]:
     """Hand-written traces of a producer's transaction of two sends and of a transacted
-    consumer's commit of two receives, each with its log's content as the watcher records
-    it (the reference's JSON lines), complete or half-applied."""
+    consumer's commit of two receives, in the reference's order (the log is created by the
+    first send, before its file, or right after the first claim, and appended to), each with
+    its log's content as the watcher records it (the reference's JSON lines) or, with
+    ``content=False``, without it (the watcher read the log too late), complete or
+    half-applied."""
     q, log = "Q1/incoming", "dropboxmq/transaction"
     a, b = "4.1700000000001-0000000001.T", "4.1700000000002-0000000002.T"
     plog = "prod~s1~1"
-    sends = "".join(json.dumps({"kind": "send", "box": q, "name": n}) + "\n" for n in (a, b))
+    text = {"content": "".join(json.dumps({"kind": "send", "box": q, "name": n}) + "\n" for n in (a, b))} \
+        if content else {}
     make = [ev for n in (a, b) for ev in ({"op": "create", "path": f"{q}/working/{n}"},
                                           {"op": "close_write", "path": f"{q}/working/{n}"})]
-    commit = [{"op": "create", "path": f"{log}/associated/{plog}"},
-              {"op": "close_write", "path": f"{log}/associated/{plog}", "content": sends},
-              {"op": "rename", "src": f"{log}/associated/{plog}", "dst": f"{log}/committing/{plog}",
-               "content": sends}]
+    opened = [{"op": "create", "path": f"{log}/associated/{plog}"}]
+    commit = [{"op": "close_write", "path": f"{log}/associated/{plog}", **text},
+              {"op": "rename", "src": f"{log}/associated/{plog}", "dst": f"{log}/committing/{plog}", **text}]
     send = {n: {"op": "rename", "src": f"{q}/working/{n}", "dst": f"{q}/target/{n}"} for n in (a, b)}
     unlink = {"op": "delete", "path": f"{log}/committing/{plog}"}
-    sent = make + commit + [send[a], send[b], unlink]
+    sent = opened + make + commit + [send[a], send[b], unlink]
     # a transacted consumer claims both, commits them through its log
     clog = "cli~s2~1"
     claim = {n: {"op": "rename", "src": f"{q}/target/{n}", "dst": f"{q}/processing/cli~{n}"} for n in (a, b)}
-    recvs = "".join(json.dumps({"kind": "receive", "box": q, "name": f"cli~{n}"}) + "\n" for n in (a, b))
-    ccommit = [{"op": "create", "path": f"{log}/associated/{clog}"},
-               {"op": "close_write", "path": f"{log}/associated/{clog}", "content": recvs},
-               {"op": "rename", "src": f"{log}/associated/{clog}", "dst": f"{log}/committing/{clog}",
-                "content": recvs}]
+    ctext = {"content": "".join(json.dumps({"kind": "receive", "box": q, "name": f"cli~{n}"}) + "\n"
+                                for n in (a, b))} if content else {}
+    ccommit = [{"op": "close_write", "path": f"{log}/associated/{clog}", **ctext},
+               {"op": "rename", "src": f"{log}/associated/{clog}", "dst": f"{log}/committing/{clog}", **ctext}]
     ack = {n: {"op": "rename", "src": f"{q}/processing/cli~{n}", "dst": f"{q}/processed/cli~{n}"}
            for n in (a, b)}
     cunlink = {"op": "delete", "path": f"{log}/committing/{clog}"}
-    received = sent + [claim[a], claim[b]] + ccommit
+    received = sent + [claim[a], {"op": "create", "path": f"{log}/associated/{clog}"}, claim[b]] + ccommit
     return {
         "sends_whole": sent,
-        "sends_half": make + commit + [send[a], unlink],
+        "sends_half": opened + make + commit + [send[a], unlink],
         "acks_whole": received + [ack[a], ack[b], cunlink],
         "acks_half": received + [ack[a], cunlink],
     }
 
 
 @pytest.mark.slow
-def test_half_applied_transactions_are_rejected(tmp_path):
+@pytest.mark.parametrize("content", [True, False], ids=["log-content", "no-log-content"])
+def test_half_applied_transactions_are_rejected(tmp_path, content):
     """A commit is checked against the moves its log lists: one that applied one of two
     sends (or acks) and unlinked its log is rejected, at the unlink, not accepted as a
-    smaller transaction; the whole commits are accepted."""
-    traces = _tx_traces()
+    smaller transaction; the whole commits are accepted.  Without the log's content in the
+    trace, what the log lists is what its process recorded while it was open (the sends
+    created, the receives claimed), so the half-applied commit is still rejected."""
+    traces = _tx_traces(content)
     paths = []
     for name, events in traces.items():
         p = tmp_path / f"{name}.jsonl"
@@ -284,8 +289,12 @@ def test_half_applied_transactions_are_rejected(tmp_path):
         assert traces[name][v.first_bad]["op"] == "delete", (name, v)
 
 
-def test_log_content_names_the_transaction():
-    rt, facts = st.render_trace(_tx_traces()["sends_half"])
+@pytest.mark.parametrize("content", [True, False], ids=["log-content", "no-log-content"])
+def test_log_content_names_the_transaction(content):
+    rt, facts = st.render_trace(_tx_traces(content)["sends_half"])
     assert facts["txs"] == [{"m1", "m2"}]          # the log's, not the one send applied
     closes = [e for e in rt.events if e["op"] == '"logclose"']
     assert closes[0]["lset"] == "{m1, m2}"
+    rt, _ = st.render_trace(_tx_traces(content)["acks_half"])
+    closes = [e for e in rt.events if e["op"] == '"logclose"']
+    assert closes[1]["lset"] == "{m1, m2}"          # both receives, though one ack was applied
