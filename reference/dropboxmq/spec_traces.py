@@ -572,7 +572,10 @@ def write_trace_model(tmpd: Path, txs: tuple, maxdel: int, members: list) -> tup
         "[c \\in Consumer |-> CASE " + " [] ".join(
             f"c = {c} -> " + _tla_set(f'"{md}"' for md in f["modes"].get(c, absent)) for c in clients) + "]"
         for _, _, f in members)
-    fields = {"name": name, "model_values": ", ".join(msgs + clients), "traces": traces_tla, "modes": modes_tla}
+    per_trace = {key: ", ".join(_tla_set(f[key]) for _, _, f in members)
+                 for key in ("expiring", "delayed", "purgeable")}
+    fields = {"name": name, "model_values": ", ".join(msgs + clients), "traces": traces_tla, "modes": modes_tla,
+              **per_trace}
     text = (spec_dir() / TRACE_TEMPLATE).read_text()
     (tmpd / f"{name}.tla").write_text(re.sub(r"@(\w+)@", lambda m: fields[m.group(1)], text))
     txs_tla = "{" + ", ".join(_tla_set(t) for t in txs) + "}"
