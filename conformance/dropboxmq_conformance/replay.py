@@ -359,7 +359,7 @@ def _box_next_to(records: list[dict], k: int) -> str | None:
     has not moved since."""
     name = leaf(records[k]["path"])
     for rec in records[k + 1:]:
-        if any(locate_log(p) is not None and leaf(p) == name for p in (rec.get("path"), rec.get("src"))):
+        if any(p and locate_log(p) is not None and leaf(p) == name for p in (rec.get("path"), rec.get("src"))):
             break   # the log's own next record: nothing was logged before it that the trace shows
         loc = locate(rec.get("path") if rec.get("op") != "rename" else rec.get("src"))
         if rec.get("kind") == "dir" or rec.get("op") not in FILE_OPS or loc is None:

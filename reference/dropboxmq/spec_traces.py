@@ -246,9 +246,10 @@ def _log_kind(events: Sequence[dict], k: int, log_name: str) -> tuple[str | None
         if death_of(ev) is not None or ev.get("kind") == "dir":
             continue
         path = ev.get("path") if ev.get("op") in ("create", "close_write", "delete") else ev.get("src")
-        if path is None or locate_log(path) is not None or locate(path) is None:
+        loc = locate(path)
+        if path is None or locate_log(path) is not None or loc is None:
             continue
-        if ev["op"] == "create" and locate(path).state is State.NOT_COMMITTED:
+        if ev["op"] == "create" and loc.state is State.NOT_COMMITTED:
             return "send", None
         break
     head, sep, _ = log_name.partition("~")
@@ -428,10 +429,10 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                 continue   # a write to a file created before the trace began
             ident = ids[key]
             if sp[0] == "log":
-                lg = log_open.get(int(ident))
-                listed = _record_log(lg, ev, ids)
-                if lg is not None:
-                    lg["closed"] = True
+                closing = log_open.get(int(ident))
+                listed = _record_log(closing, ev, ids)
+                if closing is not None:
+                    closing["closed"] = True
                 emit(k, op='"logclose"', act='"CloseLog"', lg=ident, **listed)
             else:
                 emit(k, op='"close"', act='"CloseWrite"', m=ident)
