@@ -738,11 +738,13 @@ ClientAckAll ==
     [][\A c \in Consumer : (cpc[c] = "acking" /\ cpc'[c] = "idle") => held'[c] = <<>>]_vars
 
 (* The delivery limit: a message is dead-lettered for its count only    *)
-(* when the delivery it would make (JMSXDeliveryCount = n + 1) is past   *)
-(* MaxDel: the last delivery the limit allows is made.                   *)
+(* when the delivery it would make (JMSXDeliveryCount = n + 1, Channel's *)
+(* dcount) is past MaxDel: the last delivery the limit allows is made.   *)
+(* (DELIVERED -> DEAD_LETTER is processing/ -> error/; written on the    *)
+(* files, it costs TLC no CHOOSE per message and step.)                  *)
 DeadLetterOnlyOverLimit ==
-    [][\A m \in Msg : (AbsState(m) = "DELIVERED" /\ (AbsState(m))' = "DEAD_LETTER")
-                     => AbsCount(m) > MaxDel]_vars
+    [][\A f \in fs : (f.d = "processing" /\ \E g \in fs' : g.m = f.m /\ g.d = "error")
+                     => f.n + 1 > MaxDel]_vars
 
 (* Expiry never takes a message from a live session that holds it: a     *)
 (* claimed file goes to expired/ only by its own consumer, right after   *)
