@@ -10,6 +10,8 @@ EXTENDS Dropbox
 
 (* Every consumer may run with any acknowledge mode (chosen in Init).   *)
 AnyMode == [c \in Consumer |-> AckModes]
+(* Any mode but TRANSACTED (whose commit window the refinement guards).  *)
+AnyButTx == [c \in Consumer |-> AckModes \ {"TRANSACTED"}]
 (* Consumer modes for the liveness model (no symmetry: fixed modes).    *)
 AutoAndTx == [c \in Consumer |-> IF c = CHOOSE x \in Consumer : TRUE
                                  THEN {"AUTO"} ELSE {"TRANSACTED"}]

@@ -330,6 +330,7 @@ def log_boxes(records: list[dict]) -> dict[str, set[str]]:
     (a send is logged before its file is created), else the claim right before it (a
     receive is logged right after its claim)."""
     boxes: dict[str, set[str]] = {}
+    records = [rec for _, rec in spec_traces.in_event_order(records)]   # a scan's late report, in its place
     for k, rec in enumerate(records):
         for path in (rec.get("path"), rec.get("src"), rec.get("dst")):
             log = locate_log(path)

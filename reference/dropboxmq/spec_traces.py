@@ -28,8 +28,8 @@ from .trace import (TraceError, by_recovery, count_of, death_of, leaf, load_trac
                     original_name, owner_of)
 
 __all__ = ["DELIVERY_TIME_PROPERTY", "NO_MODEL_COUNT", "TRACE_TEMPLATE", "NameTimes", "RenderedTrace", "TraceError",
-           "TraceVerdict", "load_trace", "name_times", "render_trace", "same_client", "validate_traces",
-           "write_trace_model"]
+           "TraceVerdict", "in_event_order", "load_trace", "name_times", "render_trace", "same_client",
+           "validate_traces", "write_trace_model"]
 
 
 # ------------------------------------------------------------------ what a name says about time
@@ -213,7 +213,7 @@ def _record_log(lg: dict | None, ev: dict, ids: dict[tuple[str, str], str]) -> d
     return {"lset": _tla_set(sorted(lg["listed"]))}
 
 
-def _in_order(events: Sequence[dict]) -> list[tuple[int, dict]]:
+def in_event_order(events: Sequence[dict]) -> list[tuple[int, dict]]:
     """The events with their indices, in the order they happened as far as the trace can
     tell: a create the watcher made up from a scan (``synthetic``: a file found in a
     directory watched too late) is reported when the watcher found it, before the events
@@ -297,7 +297,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
         out.append(rec)
         lines.append(k)
 
-    order = _in_order(events)
+    order = in_event_order(events)
     for pos, (k, ev) in enumerate(order):
         op = ev["op"]
         if ev.get("kind") == "dir":
