@@ -32,6 +32,7 @@ CONSTANTS
     Txs,          \* the producer's transactions: disjoint sets of messages
     MaxDel,       \* redelivery limit: a delivery whose count is over it dead-letters
     Expiring,     \* messages that carry an expiration time
+    Delayed,      \* messages that carry a delivery time (delivery delay)
     Purgeable,    \* messages the operator/housekeeping may purge (keeps models small)
     Modes,        \* Modes[c]: the acknowledge modes consumer c may run with
     MaxCrashes,   \* crash budget of a behaviour
@@ -47,7 +48,7 @@ TxMsgs   == UNION Txs
 ASSUME /\ Prod \notin Consumer /\ NoOne \notin Consumer
        /\ \A T1, T2 \in Txs : T1 = T2 \/ T1 \cap T2 = {}
        /\ \A T \in Txs : T # {}
-       /\ Expiring \subseteq Msg /\ Purgeable \subseteq Msg /\ MaxDel \in Nat \ {0}
+       /\ Expiring \subseteq Msg /\ Delayed \subseteq Msg /\ Purgeable \subseteq Msg /\ MaxDel \in Nat \ {0}
        /\ \A c \in Consumer : Modes[c] \subseteq AckModes /\ Modes[c] # {}
 
 (* A file: the message it holds, its directory, the consumer whose       *)
@@ -69,6 +70,7 @@ VARIABLES
     held,        \* held[c]: messages handed to c's application, not yet acked, in order
     todo,        \* todo[c]: renames left in an acknowledge/recover/commit/rollback
     expired,     \* the messages whose expiration time has passed (the clock)
+    due,         \* the messages whose delivery time has passed (the clock)
     created,     \* history: message ids used
     handled,     \* history: messages some application finished processing
     deliveries,  \* history: how often each message was handed to an application
@@ -78,9 +80,9 @@ VARIABLES
     crashes      \* history: crashes so far
 
 vars == <<fs, log, logset, alive, ppc, mode, listing, cpc, cur, held, todo,
-          expired, created, handled, deliveries, everNew, purged, crashes>>
+          expired, due, created, handled, deliveries, everNew, purged, crashes>>
 
-CPCs == {"idle", "check", "listen", "ret", "fail", "acking", "recover",
+CPCs == {"idle", "check", "record", "listen", "ret", "fail", "acking", "recover",
          "prepare", "commit", "rollback"}
 
 Range(s) == {s[i] : i \in DOMAIN s}
@@ -111,6 +113,11 @@ RollForwardDirs == {"committing"}      \* recovery rolls these forward (mutant: 
 AckingPcs == {"acking", "commit"}      \* session steps that ack (mutant: + recover, rollback)
 EarlyAckLogDirs == {}                  \* a commit acks before committing/ (mutant: {"associated"})
 OwnerGone(c) == ~alive[c]              \* the sweep takes c's files (mutant: from a live c too)
+(* Limits, the clock, and whose files a step may take.                     *)
+OverLimit(f) == f.n + 1 > MaxDel       \* dead-letter a claim past the limit (mutant: >=)
+SweepExpiresHeld == FALSE              \* the expiry sweep leaves processing/ alone (mutant: TRUE)
+AckMatches(c, f) == f.c = c            \* acknowledge() renames processing/<client>~* (mutant: processing/*)
+Ready(m) == m \notin Delayed \/ m \in due  \* claim only what is due (mutant: TRUE)
 
 (***************************************************************************)
 (* The refinement mapping: directory -> Channel state.  A file in working/ *)
@@ -175,6 +182,7 @@ Init ==
     /\ held = [c \in Consumer |-> <<>>]
     /\ todo = [c \in Consumer |-> {}]
     /\ expired = {}
+    /\ due = {}
     /\ created = {}
     /\ handled = {}
     /\ deliveries = [m \in Msg |-> 0]
@@ -183,18 +191,21 @@ Init ==
     /\ crashes = 0
 
 Local == <<ppc, listing, cpc, cur, held, todo>>
-Env == <<mode, expired, handled, deliveries, purged, crashes, everNew>>
-EnvSent == <<mode, expired, handled, deliveries, purged, crashes>>
+Env == <<mode, expired, due, handled, deliveries, purged, crashes, everNew>>
+EnvSent == <<mode, expired, due, handled, deliveries, purged, crashes>>
 
 (***************************************************************************)
 (*                          THE PRODUCER                                   *)
 (***************************************************************************)
 
 (* Create: open(working/<name>, O_CREAT|O_EXCL|O_NOFOLLOW).  A fresh     *)
-(* message id: the name cannot exist.                                    *)
+(* message id: the name cannot exist.  A transacted send is in the log   *)
+(* before its file exists (WriteLog / AppendLog): every working/ file of *)
+(* a transaction is attributed to its log, whenever the producer dies.   *)
 Create(m) ==
     /\ alive[Prod]
     /\ m \notin created
+    /\ m \in TxMsgs => log[Prod] = "writing" /\ m \in logset[Prod]
     /\ fs' = fs \cup {NewFile(m, CreateDir)}
     /\ created' = created \cup {m}
     /\ UNCHANGED <<log, logset, alive, Local, Env>>
@@ -224,20 +235,43 @@ Send(m) ==
     /\ everNew' = everNew \cup {m}
     /\ UNCHANGED <<log, logset, alive, Local, EnvSent>>
 
-(* WriteLog: commit() of transaction T, step 1: create the log file in  *)
-(* transaction/associated/ listing the renames working->target of T.    *)
-WriteLog(T) ==
+(* The log as the reference (and 1.2's layout) writes it: created in     *)
+(* transaction/associated/ by the FIRST send of a transaction, one line  *)
+(* appended per send (before the send's file is created), closed and     *)
+(* fsynced by commit() or rollback(), then renamed.  log = "writing":   *)
+(* in associated/, still open for appending.                             *)
+
+(* WriteLog: the first send m of a transaction creates the log (OPEN).   *)
+WriteLog(m) ==
     /\ alive[Prod] /\ ppc = "idle" /\ log[Prod] = "none"
-    /\ \A m \in T : In(m, "working") /\ FileOf(m).ok
+    /\ m \in TxMsgs /\ m \notin created
     /\ log' = [log EXCEPT ![Prod] = "writing"]
-    /\ logset' = [logset EXCEPT ![Prod] = T]
+    /\ logset' = [logset EXCEPT ![Prod] = {m}]
     /\ UNCHANGED <<fs, alive, created, Local, Env>>
 
-(* CloseLog: write the log fully, fsync it (close_write).                *)
+(* AppendLog: a later send m of the same transaction appends its line:  *)
+(* the log's directory does not change (no file event).                 *)
+AppendLog(m) ==
+    /\ alive[Prod] /\ log[Prod] = "writing"
+    /\ m \notin created /\ m \notin logset[Prod]
+    /\ \E T \in Txs : m \in T /\ logset[Prod] \subseteq T
+    /\ logset' = [logset EXCEPT ![Prod] = @ \cup {m}]
+    /\ UNCHANGED <<fs, log, alive, created, Local, Env>>
+
+(* CloseLog: commit() or rollback() closes the log, written and fsynced  *)
+(* (close_write).  The producer's listed files are all written; a        *)
+(* consumer's commit/rollback starts here: its decision is made (cpc     *)
+(* "prepare"): EnterCommitting, or AbortCommit for a rollback.           *)
 CloseLog(p) ==
     /\ alive[p] /\ log[p] = "writing"
     /\ log' = [log EXCEPT ![p] = "associated"]
-    /\ UNCHANGED <<fs, logset, alive, created, Local, Env>>
+    /\ IF p = Prod
+       THEN /\ \A m \in logset[p] : In(m, "working") /\ FileOf(m).ok
+            /\ UNCHANGED Local
+       ELSE /\ cpc[p] = "idle" /\ held[p] # <<>>
+            /\ cpc' = [cpc EXCEPT ![p] = "prepare"]
+            /\ UNCHANGED <<ppc, listing, cur, held, todo>>
+    /\ UNCHANGED <<fs, logset, alive, created, Env>>
 
 (* EnterCommitting: rename the log associated/ -> committing/ and fsync  *)
 (* transaction/committing/: THE POINT OF NO RETURN.  From here on the    *)
@@ -245,6 +279,7 @@ CloseLog(p) ==
 (* A consumer's commit then has the renames of its log to apply (todo).  *)
 EnterCommitting(p) ==
     /\ alive[p] /\ log[p] = "associated"
+    /\ p = Prod => logset[p] \in Txs      \* a producer commits a whole transaction
     /\ log' = [log EXCEPT ![p] = CommitLogDir]
     /\ \/ p = Prod /\ ppc = "idle" /\ ppc' = "commit" /\ UNCHANGED <<cpc, todo>>
        \/ p # Prod /\ cpc[p] = "prepare"
@@ -264,13 +299,11 @@ DeleteLogProd ==
     /\ UNCHANGED <<fs, alive, created, listing, cpc, cur, held, todo, Env>>
 
 (* Discard: unlink working/<name>.  By the producer: rollback of a       *)
-(* transaction whose log was never written, or whose log it renamed into *)
-(* rolling-back/; by recovery: rollback of a dead producer's log that is *)
+(* transaction whose log it renamed into rolling-back/; by recovery: rollback of a dead producer's log that is *)
 (* not in committing/, or the orphan sweep of a dead producer's working/ *)
 (* files that no committing log lists.                                   *)
 Discard(m) ==
-    /\ \/ alive[Prod] /\ ppc = "idle" /\ m \in TxMsgs /\ log[Prod] = "none"
-       \/ alive[Prod] /\ log[Prod] = "rolling-back" /\ m \in logset[Prod]
+    /\ \/ alive[Prod] /\ log[Prod] = "rolling-back" /\ m \in logset[Prod]
        \/ ~alive[Prod] /\ (log[Prod] \notin RollForwardDirs \/ m \notin logset[Prod])
     /\ \E f \in fs : f.m = m /\ f.d = "working" /\ fs' = fs \ {f}
     /\ UNCHANGED <<log, logset, alive, created, Local, Env>>
@@ -318,9 +351,12 @@ List(c) ==
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, cpc, cur, held, todo, Env>>
 
 (* Claim: rename target/<name> -> processing/<client>~<name>.  Exactly  *)
-(* one of several competing consumers succeeds.                         *)
+(* one of several competing consumers succeeds.  The consumer reads the *)
+(* delivery time from the name first and leaves a message that is not   *)
+(* due yet (decision.py: DEFER).                                         *)
 Claim(c, m) ==
     /\ alive[c] /\ cpc[c] = "idle" /\ m \in listing[c]
+    /\ Ready(m)
     /\ \E f \in fs : /\ f.m = m /\ f.d = "target"
                      /\ fs' = ClaimFiles(f, [f EXCEPT !.d = "processing", !.c = c])
     /\ listing' = [listing EXCEPT ![c] = @ \ {m}]
@@ -340,7 +376,8 @@ LoseRace(c, m) ==
 (* over the redelivery limit, and handed to the application: receive()   *)
 (* returns it, or onMessage() is called with it.  CLIENT and TRANSACTED  *)
 (* applications process it at once (handled); an AUTO/DUPS_OK listener   *)
-(* is now running.                                                       *)
+(* is now running; a TRANSACTED receive is recorded in the log next     *)
+(* ("record": WriteLogCons / AppendLogCons) before receive() returns.    *)
 Deliver(c) ==
     LET m == cur[c] IN
     /\ alive[c] /\ cpc[c] = "check"
@@ -354,11 +391,11 @@ Deliver(c) ==
             /\ IF AckBeforeListener    \* 1.2: renamed to processed/ first
                THEN \E f \in fs : f.m = m /\ f.d = "processing" /\ Rename(f, Moved(f, "processed"))
                ELSE UNCHANGED fs
-       ELSE /\ cpc' = [cpc EXCEPT ![c] = "idle"]
+       ELSE /\ cpc' = [cpc EXCEPT ![c] = IF mode[c] = "TRANSACTED" THEN "record" ELSE "idle"]
             /\ handled' = handled \cup {m}
             /\ UNCHANGED fs
     /\ UNCHANGED <<log, logset, alive, created, ppc, listing, cur, todo,
-                   mode, expired, purged, crashes, everNew>>
+                   mode, expired, due, purged, crashes, everNew>>
 
 (* ListenerReturns / ListenerThrows: onMessage() (or the code after      *)
 (* receive() in AUTO mode) returns normally, or throws.  Next comes the  *)
@@ -376,7 +413,7 @@ ListenerReturns(c) ==
     /\ handled' = handled \cup {cur[c]}
     /\ Finish(c, "ret")
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, listing, todo,
-                   mode, expired, deliveries, purged, crashes, everNew>>
+                   mode, expired, due, deliveries, purged, crashes, everNew>>
 
 ListenerThrows(c) ==
     /\ alive[c] /\ cpc[c] = "listen"
@@ -384,13 +421,15 @@ ListenerThrows(c) ==
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, listing, todo, Env>>
 
 (* Acknowledge: CLIENT mode acknowledge(): the renames to do are        *)
-(* ClientAckScope (all consumed messages); the call returns when they    *)
-(* are done (AckDone).                                                   *)
+(* ClientAckScope (all consumed messages), plus any other processing/    *)
+(* file its name pattern matches (Strays: none, the pattern carries the  *)
+(* client prefix); the call returns when they are done (AckDone).        *)
+Strays(c) == {f.m : f \in {g \in fs : g.d = "processing" /\ g.c # c /\ AckMatches(c, g)}}
 Acknowledge(c, i) ==
     /\ alive[c] /\ cpc[c] = "idle" /\ mode[c] = "CLIENT"
     /\ i \in 1..Len(held[c])
     /\ cpc' = [cpc EXCEPT ![c] = "acking"]
-    /\ todo' = [todo EXCEPT ![c] = ClientAckScope(c, i)]
+    /\ todo' = [todo EXCEPT ![c] = ClientAckScope(c, i) \cup Strays(c)]
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, listing, cur, held, Env>>
 
 AckDone(c) ==
@@ -398,11 +437,12 @@ AckDone(c) ==
     /\ cpc' = [cpc EXCEPT ![c] = "idle"]
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, listing, cur, held, todo, Env>>
 
-(* Recover: session.recover() (CLIENT), or rollback() of a transacted    *)
-(* session that has not written a log: every unacknowledged message is  *)
+(* Recover: session.recover() (CLIENT): every unacknowledged message is *)
 (* redelivered (Redeliver, below), then the call returns (RecoverDone).  *)
+(* (A transacted session's rollback() goes through its log: CloseLog,    *)
+(* AbortCommit, Redeliver, DeleteRolledBackLog.)                          *)
 Recover(c) ==
-    /\ alive[c] /\ cpc[c] = "idle" /\ mode[c] \in {"CLIENT", "TRANSACTED"}
+    /\ alive[c] /\ cpc[c] = "idle" /\ mode[c] = "CLIENT"
     /\ held[c] # <<>>
     /\ cpc' = [cpc EXCEPT ![c] = "recover"]
     /\ todo' = [todo EXCEPT ![c] = Range(held[c])]
@@ -414,15 +454,22 @@ RecoverDone(c) ==
     /\ held' = [held EXCEPT ![c] = <<>>]
     /\ UNCHANGED <<fs, log, logset, alive, created, ppc, listing, cur, todo, Env>>
 
-(* Commit of a transacted consumer, step 1: create the log in           *)
-(* associated/ listing processing->processed for every received message.*)
+(* A transacted consumer records each receive in its log before         *)
+(* receive() returns: the first one of a transaction creates the log in  *)
+(* associated/ (WriteLogCons, OPEN), the later ones append a line        *)
+(* (AppendLogCons).  commit() and rollback() then close it (CloseLog).   *)
 WriteLogCons(c) ==
-    /\ alive[c] /\ cpc[c] = "idle" /\ mode[c] = "TRANSACTED"
-    /\ held[c] # <<>> /\ log[c] = "none"
+    /\ alive[c] /\ cpc[c] = "record" /\ log[c] = "none"
     /\ log' = [log EXCEPT ![c] = "writing"]
-    /\ logset' = [logset EXCEPT ![c] = Range(held[c])]
-    /\ cpc' = [cpc EXCEPT ![c] = "prepare"]
+    /\ logset' = [logset EXCEPT ![c] = {cur[c]}]
+    /\ cpc' = [cpc EXCEPT ![c] = "idle"]
     /\ UNCHANGED <<fs, alive, created, ppc, listing, cur, held, todo, Env>>
+
+AppendLogCons(c) ==
+    /\ alive[c] /\ cpc[c] = "record" /\ log[c] = "writing"
+    /\ logset' = [logset EXCEPT ![c] = @ \cup {cur[c]}]
+    /\ cpc' = [cpc EXCEPT ![c] = "idle"]
+    /\ UNCHANGED <<fs, log, alive, created, ppc, listing, cur, held, todo, Env>>
 
 DeleteLogCons(c) ==
     /\ alive[c] /\ cpc[c] = "commit" /\ todo[c] = {}
@@ -437,7 +484,6 @@ DeleteLogCons(c) ==
 (* (CLIENT); by a commit past its point of no return (TRANSACTED); and  *)
 (* by recovery rolling a dead consumer's committing/ log forward.       *)
 Ack(c, m) ==
-    /\ InProc(m, c)
     /\ \/ alive[c] /\ cpc[c] = "ret" /\ cur[c] = m
           /\ cpc' = [cpc EXCEPT ![c] = "idle"]
           /\ held' = [held EXCEPT ![c] = <<>>]
@@ -451,7 +497,7 @@ Ack(c, m) ==
           /\ UNCHANGED <<cpc, cur, held, todo>>
        \/ alive[c] /\ cpc[c] = "prepare" /\ log[c] \in EarlyAckLogDirs /\ m \in logset[c]
           /\ UNCHANGED <<cpc, cur, held, todo>>
-    /\ \E f \in fs : f.m = m /\ f.d = "processing" /\ f.c = c
+    /\ \E f \in fs : f.m = m /\ f.d = "processing" /\ AckMatches(c, f)
                      /\ Rename(f, Moved(f, "processed"))
     /\ UNCHANGED <<log, logset, alive, created, ppc, listing, Env>>
 
@@ -480,7 +526,8 @@ Redeliver(c, m) ==
 
 (* Expire: rename target/ -> expired/ by the expiry sweep (or a consumer *)
 (* that notices before claiming), or processing/ -> expired/ by the      *)
-(* consumer that notices right after its claim.                          *)
+(* consumer that notices right after its claim, before it delivers it.  *)
+(* Nobody else takes a claimed file to expired/: the sweep reads target/. *)
 Expire(m) ==
     /\ m \in expired
     /\ \/ \E f \in fs : f.m = m /\ f.d = "target" /\ Rename(f, Moved(f, "expired"))
@@ -491,6 +538,9 @@ Expire(m) ==
                              /\ Rename(f, Moved(f, "expired"))
             /\ cpc' = [cpc EXCEPT ![c] = "idle"]
             /\ cur' = [cur EXCEPT ![c] = NoMsg]
+       \/ SweepExpiresHeld   \* (never: a claimed file is its holder's alone)
+          /\ \E f \in fs : f.m = m /\ f.d = "processing" /\ Rename(f, Moved(f, "expired"))
+          /\ UNCHANGED <<cpc, cur>>
     /\ UNCHANGED <<log, logset, alive, created, ppc, listing, held, todo, Env>>
 
 (* DeadLetter: rename processing/ -> error/: the claimed message's       *)
@@ -498,7 +548,7 @@ Expire(m) ==
 (* its claim, or by recovery sweeping a dead consumer's processing/).    *)
 DeadLetter(c, m) ==
     /\ \E f \in fs : /\ f.m = m /\ f.d = "processing" /\ f.c = c
-                     /\ f.n + 1 > MaxDel
+                     /\ OverLimit(f)
                      /\ Rename(f, Moved(f, "error"))
     /\ \/ alive[c] /\ cpc[c] = "check" /\ cur[c] = m
           /\ cpc' = [cpc EXCEPT ![c] = "idle"]
@@ -513,7 +563,7 @@ Purge(m) ==
     /\ \E f \in fs : f.m = m /\ f.d \in {"target", "processed", "expired", "error"}
                      /\ fs' = fs \ {f}
     /\ purged' = purged \cup {m}
-    /\ UNCHANGED <<log, logset, alive, created, Local, mode, expired, handled,
+    /\ UNCHANGED <<log, logset, alive, created, Local, mode, expired, due, handled,
                    deliveries, crashes, everNew>>
 
 (***************************************************************************)
@@ -524,7 +574,14 @@ Purge(m) ==
 Tick(m) ==
     /\ m \in Expiring \ expired
     /\ expired' = expired \cup {m}
-    /\ UNCHANGED <<fs, log, logset, alive, created, Local, mode, handled,
+    /\ UNCHANGED <<fs, log, logset, alive, created, Local, mode, due, handled,
+                   deliveries, purged, crashes, everNew>>
+
+(* TickDue: the clock passes message m's delivery time.                 *)
+TickDue(m) ==
+    /\ m \in Delayed \ due
+    /\ due' = due \cup {m}
+    /\ UNCHANGED <<fs, log, logset, alive, created, Local, mode, expired, handled,
                    deliveries, purged, crashes, everNew>>
 
 (* Crash: process p dies (kill -9, power loss).  Its memory is gone;     *)
@@ -540,7 +597,7 @@ Crash(p) ==
             /\ held' = [held EXCEPT ![p] = <<>>]
             /\ todo' = [todo EXCEPT ![p] = {}]
             /\ UNCHANGED ppc
-    /\ UNCHANGED <<fs, log, logset, created, mode, expired, handled, deliveries, purged, everNew>>
+    /\ UNCHANGED <<fs, log, logset, created, mode, expired, due, handled, deliveries, purged, everNew>>
 
 (* RecoverLog: recovery of dead process p found its log and has applied *)
 (* (roll forward) or undone (roll back) every rename it lists: unlink   *)
@@ -566,7 +623,7 @@ Restart(c) ==
 (***************************************************************************)
 ProducerNext ==
     \/ \E m \in Msg : Create(m) \/ CloseWrite(m) \/ Send(m) \/ Discard(m)
-    \/ \E T \in Txs : WriteLog(T)
+    \/ \E m \in Msg : WriteLog(m) \/ AppendLog(m)
     \/ CloseLog(Prod) \/ EnterCommitting(Prod) \/ DeleteLogProd
     \/ AbortCommit(Prod) \/ DeleteRolledBackLog(Prod)
 
@@ -577,7 +634,7 @@ ConsumerNext(c) ==
     \/ Deliver(c) \/ ListenerReturns(c) \/ ListenerThrows(c)
     \/ \E i \in 1..Cardinality(Msg) : Acknowledge(c, i)
     \/ AckDone(c) \/ Recover(c) \/ RecoverDone(c)
-    \/ WriteLogCons(c) \/ CloseLog(c) \/ EnterCommitting(c) \/ DeleteLogCons(c)
+    \/ WriteLogCons(c) \/ AppendLogCons(c) \/ CloseLog(c) \/ EnterCommitting(c) \/ DeleteLogCons(c)
     \/ AbortCommit(c) \/ DeleteRolledBackLog(c)
 
 RecoveryNext(p) ==
@@ -595,7 +652,7 @@ Step ==
     \/ ProducerNext
     \/ \E c \in Consumer : ConsumerNext(c) \/ Restart(c)
     \/ \E p \in Proc : RecoverLog(p) \/ Crash(p)
-    \/ \E m \in Msg : Quarantine(m) \/ Tick(m) \/ Expire(m) \/ Purge(m)
+    \/ \E m \in Msg : Quarantine(m) \/ Tick(m) \/ TickDue(m) \/ Expire(m) \/ Purge(m)
 
 Next == Step
 
@@ -622,7 +679,7 @@ TypeOK ==
     /\ cur \in [Consumer -> Msg \cup {NoMsg}]
     /\ \A c \in Consumer : Range(held[c]) \subseteq Msg /\ Len(held[c]) <= Cardinality(Msg)
     /\ todo \in [Consumer -> SUBSET Msg]
-    /\ expired \subseteq Expiring
+    /\ expired \subseteq Expiring /\ due \subseteq Delayed
     /\ created \subseteq Msg /\ handled \subseteq Msg
     /\ deliveries \in [Msg -> 0..(MaxDel + 1)]
     /\ everNew \subseteq Msg /\ purged \subseteq Msg
@@ -679,6 +736,27 @@ ExpiredNeverDelivered ==
 (* session is acknowledged.                                              *)
 ClientAckAll ==
     [][\A c \in Consumer : (cpc[c] = "acking" /\ cpc'[c] = "idle") => held'[c] = <<>>]_vars
+
+(* The delivery limit: a message is dead-lettered for its count only    *)
+(* when the delivery it would make (JMSXDeliveryCount = n + 1, Channel's *)
+(* dcount) is past MaxDel: the last delivery the limit allows is made.   *)
+(* (DELIVERED -> DEAD_LETTER is processing/ -> error/; written on the    *)
+(* files, it costs TLC no CHOOSE per message and step.)                  *)
+DeadLetterOnlyOverLimit ==
+    [][\A f \in fs : (f.d = "processing" /\ \E g \in fs' : g.m = f.m /\ g.d = "error")
+                     => f.n + 1 > MaxDel]_vars
+
+(* Expiry never takes a message from a live session that holds it: a     *)
+(* claimed file goes to expired/ only by its own consumer, right after   *)
+(* its claim and before it is handed to the application.                 *)
+ExpiryNotFromHolder ==
+    [][\A f \in fs : (f.d = "processing" /\ \E g \in fs' : g.m = f.m /\ g.d = "expired")
+                     => alive[f.c] /\ cpc[f.c] = "check" /\ cur[f.c] = f.m]_vars
+
+(* Delivery delay: no message is handed to an application before its     *)
+(* delivery time.                                                        *)
+NoEarlyDelivery ==
+    [][\A m \in Msg : deliveries'[m] > deliveries[m] => m \notin Delayed \/ m \in due]_vars
 
 (* Dropbox implements Channel: Ch!Spec, with the stuttering case first   *)
 (* (most Dropbox steps move no message; TLC tries disjuncts in order).  *)

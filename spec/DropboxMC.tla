@@ -10,6 +10,8 @@ EXTENDS Dropbox
 
 (* Every consumer may run with any acknowledge mode (chosen in Init).   *)
 AnyMode == [c \in Consumer |-> AckModes]
+(* Any mode but TRANSACTED (whose commit window the refinement guards).  *)
+AnyButTx == [c \in Consumer |-> AckModes \ {"TRANSACTED"}]
 (* Consumer modes for the liveness model (no symmetry: fixed modes).    *)
 AutoAndTx == [c \in Consumer |-> IF c = CHOOSE x \in Consumer : TRUE
                                  THEN {"AUTO"} ELSE {"TRANSACTED"}]
@@ -51,6 +53,14 @@ MutantAckingPcs == {"acking", "commit", "recover", "rollback"}
 MutantEarlyAckLogDirs == {"associated"}
 \* the orphan sweep takes processing/ files of a consumer that is still alive
 MutantOwnerGone(c) == TRUE
+\* dead-letters at the limit: `>=` for `>` (the last allowed delivery is never made)
+MutantOverLimit(f) == f.n + 1 >= MaxDel
+\* the expiry sweep also expires processing/ files: a message a live session is processing
+MutantSweepExpiresHeld == TRUE
+\* CLIENT acknowledge() renames processing/* without its client prefix: other consumers' files
+MutantAckMatches(c, f) == TRUE
+\* a consumer claims a message before its delivery time (ignores the delivery delay)
+MutantReady(m) == TRUE
 (***************************************************************************)
 (***************************************************************************)
 (* TLC figures for the mutants and witnesses (1 worker, `spec check`):     *)
@@ -64,6 +74,12 @@ MutantOwnerGone(c) == TRUE
 (*   no_redelivered_flag_impl            1,339   4.3  12 RedeliveredFlag   *)
 (*   no_point_of_no_return                 195   3.2  12 TxAtomicity       *)
 (*   recovery_rolls_back_committing        237   3.4  12 NoLoss            *)
+(*   issue 26 (2026-11-26, states; rejected by):                           *)
+(*   dead_letter_at_limit                   45       13 DeadLetterOnlyOverLimit *)
+(*   expire_held                         1,845       13 ExpiryNotFromHolder *)
+(*   early_delivery                        254       13 NoEarlyDelivery    *)
+(*   client_ack_glob                     2,823       12 AckOnlyAfterProcessed *)
+(*   client_ack_glob_owner               2,823       13 NoSpuriousAck      *)
 (*   witness redelivery_reachable        5,059   3.5  12 WitnessNoRedelivery *)
 (*   witness dead_letter_reachable       3,432   3.9  12 WitnessNoDeadLetter *)
 (*   witness roll_forward_reachable        232   2.9  12 WitnessNoRollForward *)

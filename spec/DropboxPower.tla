@@ -12,22 +12,34 @@
 (*     target/, return (SendReturns);                                      *)
 (*   commit(): fsync target/ after the renames, then unlink the log       *)
 (*     (DeleteLogProd), then return.                                       *)
+(* The receive side:                                                       *)
+(*   acknowledge() (CLIENT): rename processing -> processed for each,      *)
+(*     fsync processed/, return (AckReturns);                              *)
+(*   a transacted consumer's commit(): its renames, fsync processed/,      *)
+(*     unlink the log, return (CommitConsReturns).                         *)
 (* Every other entry becomes durable whenever the kernel writes it back   *)
 (* (Writeback).  NoLossAckedSend: what send() or commit() acknowledged is  *)
 (* never lost (nor back to uncommitted) -- unless purged.                  *)
+(* AckedStaysAcked: what acknowledge() or a consumer's commit() returned   *)
+(* for is never put back and delivered again.                              *)
 (***************************************************************************)
 EXTENDS DropboxMC
 
 VARIABLES
     dur,        \* dur[m]: m's durable directory entry ({} or one file)
-    sendDone    \* history: messages whose send() / commit() returned
+    sendDone,   \* history: messages whose send() / commit() returned
+    scope,      \* scope[c]: what c's running acknowledge() acknowledges
+    ackDone     \* history: messages whose acknowledge() / consumer commit() returned
 
-pvars == <<vars, dur, sendDone>>
+pvars == <<vars, dur, sendDone, scope, ackDone>>
 
-(* The definition the mutant overrides: send() fsyncs target/ before it  *)
-(* returns (mutant: it returns without the fsync).                       *)
+(* The definitions the mutants override: send() fsyncs target/ before it *)
+(* returns; acknowledge() and a consumer's commit() fsync processed/     *)
+(* before they return (mutants: they return without the fsync).          *)
 SendSyncsTarget == TRUE
 MutantSendSyncsTarget == FALSE
+AckSyncsProcessed == TRUE
+MutantAckSyncsProcessed == FALSE
 
 Volatile == {m \in Msg : FilesOf(m) # dur[m]}
 (* fsync of target/: every entry renamed into target/ is durable now, and *)
@@ -39,7 +51,12 @@ SyncTarget ==
                              \/ m \in everNew /\ \A f \in dur[m] : f.d \in {"working", "target"}
                           THEN FilesOf(m) ELSE dur[m]]
 
+(* fsync of processed/: every entry renamed into it is durable now.       *)
+SyncProcessed ==
+    dur' = [m \in Msg |-> IF In(m, "processed") THEN FilesOf(m) ELSE dur[m]]
+
 PInit == Init /\ dur = [m \in Msg |-> {}] /\ sendDone = {}
+         /\ scope = [c \in Consumer |-> {}] /\ ackDone = {}
 
 (* send() of plain message m returns after the rename (Send).            *)
 SendReturns(m) ==
@@ -47,19 +64,36 @@ SendReturns(m) ==
     /\ m \in everNew
     /\ IF SendSyncsTarget THEN SyncTarget ELSE UNCHANGED dur
     /\ sendDone' = sendDone \cup {m}
-    /\ UNCHANGED vars
+    /\ UNCHANGED <<vars, scope, ackDone>>
 
 (* The producer's commit: fsync target/, unlink the log, return.          *)
 CommitReturns ==
     /\ DeleteLogProd
     /\ SyncTarget
     /\ sendDone' = sendDone \cup logset[Prod]
+    /\ UNCHANGED <<scope, ackDone>>
+
+(* CLIENT acknowledge() returns: its renames are done; fsync processed/. *)
+AckReturns(c) ==
+    /\ AckDone(c)
+    /\ IF AckSyncsProcessed THEN SyncProcessed ELSE UNCHANGED dur
+    /\ ackDone' = ackDone \cup scope[c]
+    /\ scope' = [scope EXCEPT ![c] = {}]
+    /\ UNCHANGED sendDone
+
+(* A transacted consumer's commit: every ack applied, fsync processed/,  *)
+(* unlink the log, return.                                                *)
+CommitConsReturns(c) ==
+    /\ DeleteLogCons(c)
+    /\ IF AckSyncsProcessed THEN SyncProcessed ELSE UNCHANGED dur
+    /\ ackDone' = ackDone \cup logset[c]
+    /\ UNCHANGED <<sendDone, scope>>
 
 (* The kernel writes m's current entry back on its own.                  *)
 Writeback(m) ==
     /\ m \in Volatile
     /\ dur' = [dur EXCEPT ![m] = FilesOf(m)]
-    /\ UNCHANGED <<vars, sendDone>>
+    /\ UNCHANGED <<vars, sendDone, scope, ackDone>>
 
 (* Power loss: every process dies (as Crash), and each message whose     *)
 (* entry is not durable may be back at its durable one (or gone).        *)
@@ -75,16 +109,24 @@ PowerLoss ==
     /\ cur' = [c \in Consumer |-> NoMsg]
     /\ held' = [c \in Consumer |-> <<>>]
     /\ todo' = [c \in Consumer |-> {}]
-    /\ UNCHANGED <<log, logset, created, mode, expired, handled, deliveries, purged,
-                   everNew, dur, sendDone>>
+    /\ scope' = [c \in Consumer |-> {}]
+    /\ UNCHANGED <<log, logset, created, mode, expired, due, handled, deliveries, purged,
+                   everNew, dur, sendDone, ackDone>>
 
 (* Every other step of Dropbox leaves durability alone.  (A producer's   *)
-(* DeleteLogProd is CommitReturns: it syncs target/ first.)              *)
+(* DeleteLogProd is CommitReturns: it syncs target/ first; AckDone and a *)
+(* consumer's DeleteLogCons are AckReturns and CommitConsReturns.)       *)
 IsDeleteLogProd == ppc = "commit" /\ ppc' = "idle" /\ alive'[Prod]
+IsConsumerReturn == \E c \in Consumer : cpc[c] \in {"acking", "commit"} /\ cpc'[c] = "idle" /\ alive'[c]
+(* an acknowledge() that starts records what it acknowledges            *)
+TrackScope ==
+    scope' = [c \in Consumer |-> IF cpc[c] = "idle" /\ cpc'[c] = "acking" THEN todo'[c]
+                                 ELSE IF cpc'[c] = "acking" THEN scope[c] ELSE {}]
 
 PNext ==
-    \/ Next /\ ~IsDeleteLogProd /\ UNCHANGED <<dur, sendDone>>
+    \/ Next /\ ~IsDeleteLogProd /\ ~IsConsumerReturn /\ TrackScope /\ UNCHANGED <<dur, sendDone, ackDone>>
     \/ CommitReturns
+    \/ \E c \in Consumer : AckReturns(c) \/ CommitConsReturns(c)
     \/ \E m \in Msg : SendReturns(m) \/ Writeback(m)
     \/ PowerLoss
 
@@ -93,6 +135,10 @@ PSpec == PInit /\ [][PNext]_pvars
 (* What send() or commit() acknowledged stays committed.                  *)
 NoLossAckedSend ==
     \A m \in sendDone : AbsState(m) \notin {"ABSENT", "NOT_COMMITTED"} \/ m \in purged
+
+(* What acknowledge() or a consumer's commit() returned for stays         *)
+(* acknowledged (or is purged): never put back, never delivered again.    *)
+AckedStaysAcked == \A m \in ackDone : AbsState(m) = "ACKNOWLEDGED" \/ m \in purged
 
 (* Reachability: a power loss does undo a rename.                         *)
 WitnessNoUndo == \A m \in Msg : ~(In(m, "working") /\ m \in everNew /\ ~alive[Prod])

@@ -24,8 +24,9 @@ SubOf(c) == IF c = DurableCons THEN "durable"
 CopyStates == {"ABSENT", "NEW", "DELIVERED", "ACKNOWLEDGED"}
 
 VARIABLES st, owner, attached, exists, published,
-          subsAt      \* history: subsAt[m], the subscriptions that existed when m was published
-vars == <<st, owner, attached, exists, published, subsAt>>
+          subsAt,     \* history: subsAt[m], the subscriptions that existed when m was published
+          inflight    \* inflight[c]: the copies consumer c's session holds (claimed, not acked)
+vars == <<st, owner, attached, exists, published, subsAt, inflight>>
 
 (***************************************************************************)
 (* The definitions the mutant configurations (spec/TopicsMutant*.cfg)      *)
@@ -37,6 +38,12 @@ RemovedOnClose(s) == s = "nondurable"    \* closing its consumer removes the sub
 MutantFanOut == {s \in Subs : exists[s]} \ {"shared"}
 (* mutant: a non-durable subscription is left behind when its consumer closes *)
 MutantRemovedOnClose(s) == FALSE
+(* Closing consumer c returns the copies of its subscription s that c    *)
+(* holds: processing/<client>~* of c's own client prefix.               *)
+ReturnedOnClose(c, m, s) == owner[m][s] = c
+(* mutant: closing one shared consumer returns every copy in processing/ *)
+(* (a glob without the client prefix), the other consumer's too          *)
+MutantReturnedOnClose(c, m, s) == owner[m][s] # NoOne
 
 TypeOK ==
     /\ st \in [Msg -> [Subs -> CopyStates]]
@@ -45,6 +52,7 @@ TypeOK ==
     /\ exists \in [Subs -> BOOLEAN]
     /\ published \subseteq Msg
     /\ subsAt \in [Msg -> SUBSET Subs]
+    /\ inflight \in [Consumers -> SUBSET Msg]
 
 Init ==
     /\ st = [m \in Msg |-> [s \in Subs |-> "ABSENT"]]
@@ -53,6 +61,7 @@ Init ==
     /\ exists = [s \in Subs |-> s # "nondurable"]
     /\ published = {}
     /\ subsAt = [m \in Msg |-> {}]
+    /\ inflight = [c \in Consumers |-> {}]
 
 (* Publish: write the message into working/ of every existing           *)
 (* subscription (and of its ancestors' -- one topic here) and rename     *)
@@ -63,7 +72,7 @@ Publish(m) ==
     /\ published' = published \cup {m}
     /\ st' = [st EXCEPT ![m] = [s \in Subs |-> IF s \in FanOut THEN "NEW" ELSE "ABSENT"]]
     /\ subsAt' = [subsAt EXCEPT ![m] = {s \in Subs : exists[s]}]
-    /\ UNCHANGED <<owner, attached, exists>>
+    /\ UNCHANGED <<owner, attached, exists, inflight>>
 
 (* Attach: a consumer opens on its subscription; a non-durable          *)
 (* subscription directory is created now (it sees later messages only). *)
@@ -71,7 +80,7 @@ Attach(c) ==
     /\ ~attached[c]
     /\ attached' = [attached EXCEPT ![c] = TRUE]
     /\ exists' = [exists EXCEPT ![SubOf(c)] = TRUE]
-    /\ UNCHANGED <<st, owner, published, subsAt>>
+    /\ UNCHANGED <<st, owner, published, subsAt, inflight>>
 
 (* Claim: rename .subscriptions/<subId>/target -> processing; for the   *)
 (* shared subscription the consumers race and exactly one wins.          *)
@@ -79,6 +88,7 @@ Claim(c, m) ==
     /\ attached[c] /\ st[m][SubOf(c)] = "NEW"
     /\ st' = [st EXCEPT ![m][SubOf(c)] = "DELIVERED"]
     /\ owner' = [owner EXCEPT ![m][SubOf(c)] = c]
+    /\ inflight' = [inflight EXCEPT ![c] = @ \cup {m}]
     /\ UNCHANGED <<attached, exists, published, subsAt>>
 
 (* Ack: rename processing -> processed.                                   *)
@@ -86,24 +96,27 @@ Ack(c, m) ==
     /\ attached[c] /\ st[m][SubOf(c)] = "DELIVERED" /\ owner[m][SubOf(c)] = c
     /\ st' = [st EXCEPT ![m][SubOf(c)] = "ACKNOWLEDGED"]
     /\ owner' = [owner EXCEPT ![m][SubOf(c)] = NoOne]
+    /\ inflight' = [inflight EXCEPT ![c] = @ \ {m}]
     /\ UNCHANGED <<attached, exists, published, subsAt>>
 
 (* Detach: the consumer closes (or dies and is recovered): its unacked   *)
-(* copies go back to target/ redelivered; the non-durable subscription   *)
-(* is removed with all its files.                                        *)
+(* copies go back to target/ redelivered (ReturnedOnClose: its own, not  *)
+(* a fellow shared consumer's); the non-durable subscription is removed  *)
+(* with all its files.                                                   *)
 Detach(c) ==
     LET s == SubOf(c) IN
     /\ attached[c]
     /\ attached' = [attached EXCEPT ![c] = FALSE]
+    /\ inflight' = [inflight EXCEPT ![c] = {}]
     /\ IF RemovedOnClose(s)
        THEN /\ exists' = [exists EXCEPT ![s] = FALSE]
             /\ st' = [m \in Msg |-> [st[m] EXCEPT ![s] = "ABSENT"]]
             /\ owner' = [m \in Msg |-> [owner[m] EXCEPT ![s] = NoOne]]
             /\ subsAt' = [m \in Msg |-> subsAt[m] \ {s}]   \* a new one starts empty
        ELSE /\ st' = [m \in Msg |-> [st[m] EXCEPT ![s] =
-                        IF owner[m][s] = c THEN "NEW" ELSE @]]
+                        IF ReturnedOnClose(c, m, s) THEN "NEW" ELSE @]]
             /\ owner' = [m \in Msg |-> [owner[m] EXCEPT ![s] =
-                        IF @ = c THEN NoOne ELSE @]]
+                        IF ReturnedOnClose(c, m, s) THEN NoOne ELSE @]]
             /\ UNCHANGED <<exists, subsAt>>
     /\ UNCHANGED published
 
@@ -137,6 +150,12 @@ NonDurableDiesWithConsumer == exists["nondurable"] => attached[NonDurableCons]
 OneConsumerPerCopy ==
     \A m \in Msg, s \in Subs :
         (st[m][s] = "DELIVERED") <=> (owner[m][s] # NoOne /\ SubOf(owner[m][s]) = s)
+
+(* Every copy a consumer's session holds is still DELIVERED to it: no    *)
+(* other consumer's close (nor anything else) takes it away meanwhile.   *)
+HoldersKeepCopies ==
+    \A c \in Consumers : \A m \in inflight[c] :
+        st[m][SubOf(c)] = "DELIVERED" /\ owner[m][SubOf(c)] = c
 
 (* Nothing is delivered to a detached consumer.                          *)
 OnlyAttachedHold ==

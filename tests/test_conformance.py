@@ -154,6 +154,20 @@ def test_reference_sessions_pass(tmp_path):
         assert r.status == C.PASS, (check, r.summary, r.evidence)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+def test_reference_sessions_traces_pass_tlc(tmp_path):
+    """TLC validates the sessions scenario's trace per dropbox it used, each with the transaction
+    logs about it: the transacted send and receive queues (logs created at the first send /
+    receive, appended, committed or rolled back) are behaviours of the spec."""
+    m = M.load(M.impls_dir() / "reference" / "reference.toml")
+    rep = runner.run_impl(m, tmp_path, only=set(SESSION_CHECKS) | {"model.tlc"}, tlc=True)
+    r = result(rep, "model.tlc")
+    assert r.status == C.PASS, (r.summary, r.evidence)
+    for box in ("QTXS", "QTXR", "QCLI", "QREC"):
+        assert f"sessions:{box}" in r.summary, r.summary
+
+
 BROKEN_ADAPTER = textwrap.dedent('''
     import os, sys
     from dropboxmq_conformance import reference_adapter as ra

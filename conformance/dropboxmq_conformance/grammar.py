@@ -258,6 +258,19 @@ def locate(rel: str | None) -> Loc | None:
     return Loc("/".join(parts[:-2]), state_of_directory(parts[-2]), parts[-1])
 
 
+#: the directories a transaction log passes through (X-1): created in associated/, renamed into
+#: committing/ (or rolling-back/), deleted once applied
+LOG_DIRS = ("associated", "committing", "rolling-back")
+
+
+def locate_log(rel: str | None) -> tuple[str, str] | None:
+    """(log directory, log name) of a transaction log's path under ``dropboxmq/transaction/``, or None."""
+    parts = [p for p in (rel or "").split("/") if p]
+    if len(parts) >= 3 and parts[-2] in LOG_DIRS and "transaction" in parts[:-2]:
+        return parts[-2], parts[-1]
+    return None
+
+
 def leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 

@@ -60,7 +60,8 @@ def tlc_jobs(m: Manifest, scenarios: list[Scenario],
             known.append((s.name, TlcOutcome("too-large", s.replay_only)))
             continue
         for box in s.tlc_boxes:
-            name = s.name if box == BOX else f"{s.name}:{box.rsplit('/', 1)[-1]}"
+            label = box[:-len("/incoming")] if box.endswith("/incoming") else box.rsplit("/", 1)[-1]
+            name = s.name if box == BOX else f"{s.name}:{label}"
             j = tlc_job((m.name, name), s.records, s.dir, box=box, max_events=max_events)
             if isinstance(j, TlcJob):
                 jobs.append(j)

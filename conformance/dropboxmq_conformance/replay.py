@@ -60,7 +60,7 @@ from typing import Any, Iterable
 from dropboxmq import spec_traces
 from dropboxmq.lifecycle import COUNT_RULES, IllegalMove, Move, State, count_ok, move_between, next_state
 from . import grammar
-from .grammar import KILL, Loc, leaf, locate, owner_of
+from .grammar import KILL, Loc, leaf, locate, locate_log, owner_of
 
 #: the ops of a trace record that concern a file
 FILE_OPS = ("create", "close_write", "rename", "delete")
@@ -108,8 +108,8 @@ def _is_record_copy(source: State, destination: State, path: str | None) -> bool
             and loc.box.endswith("/.incoming"))
 
 __all__ = ["IMPLEMENTATION", "TLC_MAX_EVENTS", "Loc", "ReplayResult", "Step", "TlcJob", "TlcOutcome", "Track",
-           "Violation", "actor_of", "locate", "message_excerpt", "replay", "run_tlc_jobs", "timeline_until",
-           "tlc_job"]
+           "Violation", "actor_of", "locate", "log_boxes", "message_excerpt", "replay", "run_tlc_jobs",
+           "timeline_until", "tlc_job", "trace_boxes"]
 
 #: Traces with at most this many message events are handed to TLC.
 TLC_MAX_EVENTS = 400
@@ -378,15 +378,92 @@ class TlcJob:
     records: list[dict]
 
 
+def log_boxes(records: list[dict]) -> dict[str, set[str]]:
+    """The dropboxes each transaction log (by name) is about: those its content names (the
+    reference's JSON lines); a log whose content the watcher never read is about the dropbox
+    of the message event next to its creation -- the working/ file created right after it
+    (a send is logged before its file is created), else the claim right before it (a
+    receive is logged right after its claim)."""
+    boxes: dict[str, set[str]] = {}
+    records = [rec for _, rec in spec_traces.in_event_order(records)]   # a scan's late report, in its place
+    for k, rec in enumerate(records):
+        for path in (rec.get("path"), rec.get("src"), rec.get("dst")):
+            log = locate_log(path)
+            if log is None:
+                continue
+            named = boxes.setdefault(log[1], set())
+            for line in str(rec.get("content") or "").splitlines():
+                try:
+                    named.add(str(json.loads(line)["box"]))
+                except (ValueError, KeyError, TypeError):
+                    pass
+            if rec.get("op") == "create" and path == rec.get("path"):
+                near = _box_next_to(records, k)
+                if near is not None:
+                    boxes.setdefault("?" + log[1], set()).add(near)
+    for name in [n for n in boxes if not n.startswith("?")]:
+        guess = boxes.pop("?" + name, set())
+        if not boxes[name]:
+            boxes[name] = guess
+    return {n: b for n, b in boxes.items() if not n.startswith("?")}
+
+
+def _box_next_to(records: list[dict], k: int) -> str | None:
+    """The dropbox of the log created at record ``k``, from the message events next to it: the
+    working/ file created after it while the log is still open (before the log's own next
+    record), else its owner's claim right before it (``<client>~`` of the log's name) whose file
+    has not moved since."""
+    name = leaf(records[k]["path"])
+    for rec in records[k + 1:]:
+        if any(p and locate_log(p) is not None and leaf(p) == name for p in (rec.get("path"), rec.get("src"))):
+            break   # the log's own next record: nothing was logged before it that the trace shows
+        loc = locate(rec.get("path") if rec.get("op") != "rename" else rec.get("src"))
+        if rec.get("kind") == "dir" or rec.get("op") not in FILE_OPS or loc is None:
+            continue
+        if rec["op"] == "create" and loc.state is State.NOT_COMMITTED:
+            return loc.box
+        break
+    owner = name.partition("~")[0]
+    moved: set[str] = set()
+    for rec in reversed(records[:k]):
+        if rec.get("op") == "rename":
+            dst = locate(rec.get("dst"))
+            if dst is not None and dst.state is State.DELIVERED and rec["dst"] not in moved \
+                    and owner_of(dst) is not None and spec_traces.same_client(owner, owner_of(dst) or ""):
+                return dst.box
+            moved.add(rec.get("src") or "")
+    return None
+
+
+def trace_boxes(records: list[dict]) -> list[str]:
+    """Every dropbox a message file of the trace lies in, in the order they appear."""
+    boxes: dict[str, None] = {}
+    for rec in records:
+        if rec.get("kind") == "dir":
+            continue
+        for path in (rec.get("path"), rec.get("src"), rec.get("dst")):
+            loc = locate(path)
+            if loc is not None:
+                boxes.setdefault(loc.box)
+    return list(boxes)
+
+
 def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[dict]:
-    """The agreed-format records of one dropbox's message files, and every death (for TLC).  A delete by
-    the implementation is marked ``purge: False`` unless ``purge`` (only an operator purges)."""
+    """The agreed-format records of one dropbox's message files, of the transaction logs about
+    it (``log_boxes``), and every death (for TLC).  A delete by the implementation is marked
+    ``purge: False`` unless ``purge`` (only an operator purges)."""
     out = []
+    logs = log_boxes(records)
     for rec in records:
         if death_of(rec) is not None:  # a death concerns every dropbox
             out.append(_with_unnamed_owner(rec))
             continue
         if rec.get("kind") == "dir" or rec.get("op") not in FILE_OPS:
+            continue
+        log = locate_log(rec.get("path") or rec.get("src"))
+        if log is not None:
+            if box in logs.get(log[1], ()):
+                out.append(rec)
             continue
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from . import checks as C
 from .checks import Result
 from .harness import QUEUE, Scenario, kill_group, listdir, spawn
+from .replay import trace_boxes
 from .manifest import Manifest, environ
 
 
@@ -450,6 +451,9 @@ def session_scenario(m: Manifest, out: Path, only: set[str] | None = None) -> tu
         for ad in adapters:
             ad.close()
         sc.close()
+    # TLC validates every dropbox the checks used (queues and subscriptions), each with the
+    # transaction logs about it: the transacted sends and receives are checked against the spec
+    sc.tlc_boxes = trace_boxes(sc.records)
     for r in res:
         r.evidence.setdefault("scenario", sc.name)
     return res, sc

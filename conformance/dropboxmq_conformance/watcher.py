@@ -19,7 +19,11 @@ difference found by the final rescan, i.e. a missed event), ``"moved_in"`` /
 ``"moved_out"`` for renames across the edge of the watched tree, and
 ``"content"`` on a transaction log's ``close_write`` and on its rename into
 ``committing/``: the log's text as it was then (the spec's trace validation
-checks a commit against the moves its log lists, not the moves it made).
+checks a commit against the moves its log lists, not the moves it made), and
+``wall``: the wall clock (seconds since the epoch) when the watcher handled the
+event -- never before the event happened, so an event whose ``wall`` is before
+the delivery time (or the expiration) its message's name carries certainly
+happened before it (the spec's trace validation rejects such a claim or expiry).
 Records the suite adds itself (``note``): ``{"op": "kill", "role": ...,
 "clients": [...]}`` when it kills a running process (``dropboxmq.trace``), and
 ``"recovery": true`` on the moves made while only a recovery process ran.
@@ -179,7 +183,8 @@ class Watcher:
         return os.path.relpath(path, self.root)
 
     def _emit(self, rec: dict) -> dict:
-        rec = {"seq": len(self.records), "t": round(time.monotonic() - self._t0, 6), **rec}
+        rec = {"seq": len(self.records), "t": round(time.monotonic() - self._t0, 6),
+               "wall": round(time.time(), 6), **rec}
         if self.actor is not None:
             rec.setdefault("actor", self.actor)
         if self.recovery and rec.get("op") != KILL:

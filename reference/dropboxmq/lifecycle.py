@@ -153,12 +153,12 @@ class Actor(enum.Enum):
 #: (writing and closing files and logs, listings, lost races, listeners, crashes, recovery).
 #: With the Move names they are every action of the spec (checked by tests/test_spec.py).
 PROCESS_ACTIONS: tuple[str, ...] = (
-    "CloseWrite", "WriteLog", "CloseLog", "EnterCommitting", "DeleteLogProd",
+    "CloseWrite", "WriteLog", "AppendLog", "CloseLog", "EnterCommitting", "DeleteLogProd",
     "AbortCommit", "DeleteRolledBackLog",
     "List", "LoseRace", "Deliver", "ListenerReturns", "ListenerThrows",
     "Acknowledge", "AckDone", "Recover", "RecoverDone",
-    "WriteLogCons", "DeleteLogCons",
-    "Tick", "Crash", "RecoverLog", "Restart",
+    "WriteLogCons", "AppendLogCons", "DeleteLogCons",
+    "Tick", "TickDue", "Crash", "RecoverLog", "Restart",
 )
 
 #: The six directories of every dropbox, in lifecycle order.

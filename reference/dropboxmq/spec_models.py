@@ -50,7 +50,8 @@ class Model:
 
 #: the properties TLC checks as actions (a violation exits 13, not 12)
 ACTION_PROPERTIES = ("Refinement", "ClientAckAll", "ExpiredNeverDelivered",
-                     "NoSpuriousAck", "NoSpuriousRedelivery", "ReceiveTxAtomicity")
+                     "NoSpuriousAck", "NoSpuriousRedelivery", "ReceiveTxAtomicity",
+                     "DeadLetterOnlyOverLimit", "ExpiryNotFromHolder", "NoEarlyDelivery")
 
 _RE_EXPECT = re.compile(r"^\\\*\s*expect:\s*(?:rejected,\s*)?violated\s+(\w+)", re.M)
 
@@ -70,7 +71,7 @@ def _expectation(cfg_text: str, kind: str) -> tuple[int, str | None]:
     return code, prop
 
 
-CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "safety_tx_pair", "liveness_auto",
+CI_MODELS = ("safety_race", "safety_tx", "safety_client_tx", "safety_tx_pair", "safety_client_pair", "liveness_auto",
              "liveness_client_tx")
 DEEP_MODELS = ("deep_safety", "deep_race", "deep_liveness")
 

@@ -17,17 +17,73 @@ import json
 import re
 import shutil
 import tempfile
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .lifecycle import PURGEABLE, Actor, Move, State, count_ok, state_of_directory
 from .tlc import EXIT_OK, run_tlc, spec_dir
-from .trace import (TraceError, by_recovery, count_of, death_of, load_trace, locate, locate_log, move_of,
-                    owner_of)
+from .trace import (TraceError, by_recovery, count_of, death_of, leaf, load_trace, locate, locate_log, move_of,
+                    original_name, owner_of)
 
-__all__ = ["NO_MODEL_COUNT", "TRACE_TEMPLATE", "RenderedTrace", "TraceError", "TraceVerdict", "load_trace",
-           "render_trace", "validate_traces", "write_trace_model"]
+__all__ = ["DELIVERY_TIME_PROPERTY", "NO_MODEL_COUNT", "TRACE_TEMPLATE", "NameTimes", "RenderedTrace", "TraceError",
+           "TraceVerdict", "in_event_order", "load_trace", "name_times", "render_trace", "same_client",
+           "validate_traces", "write_trace_model"]
+
+
+# ------------------------------------------------------------------ what a name says about time
+
+#: the property that carries a message's delivery time (ms since the epoch; delivery delay)
+DELIVERY_TIME_PROPERTY = "JMS_DropboxMQ_DeliveryTime"
+
+
+@dataclasses.dataclass(frozen=True)
+class NameTimes:
+    """The two times a message name carries (ms since the epoch; 0: none)."""
+
+    expiration: int = 0     # the 4th field: after it the message expires (0 or empty: never)
+    delivery_time: int = 0  # the property JMS_DropboxMQ_DeliveryTime (L): not to be delivered before it
+
+
+def _field(text: str) -> str:
+    """One field of a name as 1.2 escapes it (Java's URLEncoder, ``.`` as ``%2E``), decoded."""
+    return urllib.parse.unquote_plus(text)
+
+
+def same_client(log_prefix: str, client_id: str) -> bool:
+    """Does the first part of a log's name (``<enc(clientId)>~...``) name ``client_id``?"""
+    return _field(log_prefix) == client_id
+
+
+def _long(text: str) -> int:
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,19}", text) else 0
+
+
+def name_times(name: str) -> NameTimes:
+    """The expiration and the delivery time a message name carries (a ``<client>~`` prefix
+    of processing/ and processed/ names is allowed): 1.2's grammar is
+    ``priority.messageId.class[.expiration[.correlationId[.replyTo[.JMSType[.properties]]]]]``
+    with the properties ``enc(name)<letter>=enc(value)`` joined by ``&``.  A name outside
+    that grammar carries neither (it is read as a message that never expires)."""
+    fields = original_name(leaf(name)).split(".")
+    if not 3 <= len(fields) <= 8 or not fields[1] or re.fullmatch(r"[+-]?[0-9]{1,12}", fields[0]) is None:
+        return NameTimes()
+    expiration = _long(fields[3]) if len(fields) > 3 else 0
+    delivery = 0
+    if len(fields) == 8:
+        for pair in fields[7].split("&"):
+            key, eq, value = pair.partition("=")
+            if eq and _field(key) == DELIVERY_TIME_PROPERTY + "L":
+                delivery = _long(_field(value))
+    return NameTimes(max(expiration, 0), max(delivery, 0))
+
+
+def _early(ev: dict, due_ms: int) -> bool:
+    """The event's recorded wall-clock time (``wall``: seconds since the epoch, when the
+    watcher saw it -- never before it happened) is before ``due_ms``: it happened early."""
+    wall = ev.get("wall")
+    return bool(due_ms) and isinstance(wall, (int, float)) and wall * 1000 < due_ms
 
 
 @dataclasses.dataclass
@@ -141,14 +197,63 @@ def _record_log(lg: dict | None, ev: dict, ids: dict[tuple[str, str], str]) -> d
     """A log event that carries the log's content (the watcher reads it at close_write
     and at the rename into committing/): the transaction is what the log lists, not
     what the trace then did, so a commit that applied only part of it is rejected.
-    Returns the TLA+ field the model's logset is checked against ({} without content)."""
-    members = _log_members(ev["content"], ids) if lg is not None and "content" in ev else None
-    if lg is None or members is None:
+    Without the content (the watcher read it too late, or another format), a close
+    lists what the trace shows the log's process recorded while it was open (see
+    ``_log_kind``).  Returns the TLA+ field the model's logset is checked against."""
+    if lg is None:
         return {}
+    members = _log_members(ev["content"], ids) if "content" in ev else None
+    if members is None:
+        if ev.get("op") != "close_write" or lg["listed"] is not None or lg["kind"] is None:
+            return {}
+        members = (set(lg["sends"]), set(lg["receives"]))   # the reference's order of records
     sends, receives = members
     lg["listed"] = sends | receives
     lg["sends"] = set(sends)
     return {"lset": _tla_set(sorted(lg["listed"]))}
+
+
+def in_event_order(events: Sequence[dict]) -> list[tuple[int, dict]]:
+    """The events with their indices, in the order they happened as far as the trace can
+    tell: a create the watcher made up from a scan (``synthetic``: a file found in a
+    directory watched too late) is reported when the watcher found it, before the events
+    it had already queued; a log created right after it in the trace may have come first
+    (the reference records a transacted send in its log before it creates the file), so
+    the made-up create goes after the log creates that directly follow it."""
+    out = list(enumerate(events))
+    i = 0
+    while i < len(out) - 1:
+        ev = out[i][1]
+        j = i
+        if ev.get("op") == "create" and ev.get("synthetic"):
+            while j + 1 < len(out) and out[j + 1][1].get("op") == "create" \
+                    and locate_log(out[j + 1][1].get("path")) is not None:
+                j += 1
+        if j > i:
+            out[i:j + 1] = out[i + 1:j + 1] + [out[i]]
+            i = j
+        i += 1
+    return out
+
+
+def _log_kind(events: Sequence[dict], k: int, log_name: str) -> tuple[str | None, str | None]:
+    """Whose log the one created at event ``k`` is, read from the reference's order of
+    records (transaction.TransactionLog.record): a send's line is written *before* its
+    working/ file is created, a receive's *after* its claim.  So the log of a producer is
+    followed by a create in working/; otherwise it is the receiving log of the client its
+    name starts with (``<enc(clientId)>~<session>~<seq>``).  ("send"/"receive", client)."""
+    for ev in events[k + 1:]:
+        if death_of(ev) is not None or ev.get("kind") == "dir":
+            continue
+        path = ev.get("path") if ev.get("op") in ("create", "close_write", "delete") else ev.get("src")
+        loc = locate(path)
+        if path is None or locate_log(path) is not None or loc is None:
+            continue
+        if ev["op"] == "create" and loc.state is State.NOT_COMMITTED:
+            return "send", None
+        break
+    head, sep, _ = log_name.partition("~")
+    return ("receive", _field(head)) if sep else (None, None)
 
 
 def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[RenderedTrace, dict]:
@@ -169,7 +274,6 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
     err: tuple[int, str] | None = None
     discarded_plain: list[str] = []
     dead_n: list[int] = []
-    expiring: set[str] = set()
     purgeable: set[str] = set()
     kills = 0                                # recorded deaths of the model's processes
     # the model's n of each message (File.n: the count a name in target/ carries),
@@ -178,6 +282,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
     model_n: dict[str, int] = {}
     name_n: dict[str, int] = {}
     holding: dict[str, set[str]] = {}        # client -> its files in processing/ now
+    last_claim: dict[str, str] = {}          # client -> the message it claimed last
+    times: dict[str, NameTimes] = {}         # message -> the times its name carries
     max_holding: dict[str, int] = {}
     acked_by: set[str] = set()               # clients whose files were acked
 
@@ -191,7 +297,8 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
         out.append(rec)
         lines.append(k)
 
-    for k, ev in enumerate(events):
+    order = in_event_order(events)
+    for pos, (k, ev) in enumerate(order):
         op = ev["op"]
         if ev.get("kind") == "dir":
             continue   # a directory is never a message of the model (junk is judged by the replay)
@@ -226,6 +333,14 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                      **listed)
                 continue
             owner = owner_of(locate(ev["dst"]))
+            t_was, t_now = times.get(ident, NameTimes()), name_times(d[2])
+            times[ident] = NameTimes(t_was.expiration or t_now.expiration,
+                                     t_was.delivery_time or t_now.delivery_time)
+            early = {}
+            if (s[1], d[1]) == ("target", "processing") and _early(ev, times[ident].delivery_time):
+                early = {"early": "TRUE"}      # claimed before its delivery time
+            if d[1] == "expired" and _early(ev, times[ident].expiration):
+                early = {"early": "TRUE"}      # expired before its expiration
             cnt = count_of(d[2])
             prev_k = name_n.get(ident, count_of(s[2]))
             prev_n = model_n.get(ident, prev_k)
@@ -234,13 +349,17 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             max_n = max(max_n, n if n != NO_MODEL_COUNT else 0)
             if s[1] == "processing" and d[1] == "error":
                 dead_n.append(n)
-            if d[1] == "expired":
-                expiring.add(ident)
             src_owner = owner_of(locate(ev["src"]))
             if src_owner:
                 holding.get(client(src_owner), set()).discard(ident)
                 if d[1] == "processed":
                     acked_by.add(client(src_owner))
+            if owner and s[1] == "target":
+                last_claim[owner] = ident
+                for lg in log_open.values():   # a later receive of an open receiving log
+                    if lg["kind"] == "receive" and lg["owner"] == owner and lg["listed"] is None \
+                            and not lg["closed"]:
+                        lg["receives"].add(ident)
             if owner:
                 held_now = holding.setdefault(client(owner), set())
                 held_now.add(ident)
@@ -255,7 +374,7 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             swept = {"rcv": "TRUE"} if src_owner and by_recovery(ev) else {}
             emit(k, op='"rename"', act=_action(s[1], d[1]), m=ident, src=f'"{s[1]}"', dst=f'"{d[1]}"',
                  c=client(owner) if owner else "NoOne",
-                 sc=client(src_owner) if src_owner else "NoOne", n=str(n), **swept)
+                 sc=client(src_owner) if src_owner else "NoOne", n=str(n), **swept, **early)
             if s[1] == "working" and d[1] == "target":
                 for lg in log_open.values():
                     if lg["state"] == "committing" and lg["listed"] is None:
@@ -272,7 +391,14 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
             if sp[0] == "log":
                 nlog += 1
                 ident = str(nlog)
-                log_open[nlog] = {"state": sp[1], "sends": set(), "listed": None}
+                kind, owner = _log_kind([e for _, e in order], pos, sp[2])
+                first = last_claim.get(owner or "")
+                log_open[nlog] = {"state": sp[1], "sends": set(), "listed": None, "kind": kind, "owner": owner,
+                                  "closed": False,
+                                  # a receive is recorded right after its claim: the owner's last one
+                                  "receives": {first} if kind == "receive" and first is not None
+                                  and owner in clients and first in holding.get(clients[owner], set())
+                                  else set()}
                 emit(k, op='"logcreate"', act='"WriteLog"', lg=ident, to=f'"{sp[1]}"')
             else:
                 if sp[1] != "working":
@@ -281,14 +407,32 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
                     pass
                 nmsg += 1
                 ident = f"m{nmsg}"
-                emit(k, op='"create"', act=_action(None, sp[1]), m=ident, dst=f'"{sp[1]}"')
+                times[ident] = name_times(sp[2])
+                if sp[1] == "working":
+                    for lg in log_open.values():   # recorded in the producer's open log first
+                        if lg["kind"] == "send" and lg["listed"] is None and not lg["closed"]:
+                            lg["sends"].add(ident)
+                            break
+                if ev.get("synthetic") and sp[1] in ("working", "target"):
+                    # found by a scan of a directory watched too late: created, written (its
+                    # close_write came before the watch) and, found in target/, sent
+                    emit(k, op='"create"', act=_action(None, "working"), m=ident, dst='"working"')
+                    emit(k, op='"close"', act='"CloseWrite"', m=ident)
+                    if sp[1] == "target":
+                        emit(k, op='"rename"', act=_action("working", "target"), m=ident, src='"working"',
+                             dst='"target"', c="NoOne", sc="NoOne", n=str(count_of(sp[2])))
+                else:
+                    emit(k, op='"create"', act=_action(None, sp[1]), m=ident, dst=f'"{sp[1]}"')
             ids[key] = ident
         elif op == "close_write":
             if key not in ids:
                 continue   # a write to a file created before the trace began
             ident = ids[key]
             if sp[0] == "log":
-                listed = _record_log(log_open.get(int(ident)), ev, ids)
+                closing = log_open.get(int(ident))
+                listed = _record_log(closing, ev, ids)
+                if closing is not None:
+                    closing["closed"] = True
                 emit(k, op='"logclose"', act='"CloseLog"', lg=ident, **listed)
             else:
                 emit(k, op='"close"', act='"CloseWrite"', m=ident)
@@ -336,7 +480,9 @@ def render_trace(events: Sequence[dict], path: str = "<trace>") -> tuple[Rendere
         # the redelivery limit: a dead-letter at count n+1 says MaxDel = n;
         # without one, just high enough for every delivery seen
         "maxdel": min(dead_n) if dead_n else max_n + 1,
-        "expiring": sorted(expiring),
+        # which messages may expire, and which carry a delivery time: what their names say
+        "expiring": sorted(m for m, tm in times.items() if tm.expiration),
+        "delayed": sorted(m for m, tm in times.items() if tm.delivery_time),
         "purgeable": sorted(purgeable),
         "kills": kills,
     }
@@ -427,7 +573,10 @@ def write_trace_model(tmpd: Path, txs: tuple, maxdel: int, members: list) -> tup
         "[c \\in Consumer |-> CASE " + " [] ".join(
             f"c = {c} -> " + _tla_set(f'"{md}"' for md in f["modes"].get(c, absent)) for c in clients) + "]"
         for _, _, f in members)
-    fields = {"name": name, "model_values": ", ".join(msgs + clients), "traces": traces_tla, "modes": modes_tla}
+    per_trace = {key: ", ".join(_tla_set(f[key]) for _, _, f in members)
+                 for key in ("expiring", "delayed", "purgeable")}
+    fields = {"name": name, "model_values": ", ".join(msgs + clients), "traces": traces_tla, "modes": modes_tla,
+              **per_trace}
     text = (spec_dir() / TRACE_TEMPLATE).read_text()
     (tmpd / f"{name}.tla").write_text(re.sub(r"@(\w+)@", lambda m: fields[m.group(1)], text))
     txs_tla = "{" + ", ".join(_tla_set(t) for t in txs) + "}"
@@ -440,6 +589,7 @@ def write_trace_model(tmpd: Path, txs: tuple, maxdel: int, members: list) -> tup
         f"    Txs = {txs_tla}",
         f"    MaxDel = {maxdel}",
         f"    Expiring = {_tla_set(m for _, _, f in members for m in f['expiring'])}",
+        f"    Delayed = {_tla_set(m for _, _, f in members for m in f['delayed'])}",
         f"    Purgeable = {_tla_set(m for _, _, f in members for m in f['purgeable'])}",
         f"    MaxCrashes = {max(f['kills'] for _, _, f in members)}",
         "    Modes <- AnyTraceMode", "",
