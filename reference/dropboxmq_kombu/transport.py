@@ -99,7 +99,7 @@ def foreign_task_payload(message: Message, queue: str, task: str) -> dict:
         text: str | None = raw.decode("utf-8") if not isinstance(message, TextMessage) else message.text
     except UnicodeDecodeError:
         text = None  # binary: only body_base64
-    arg = {
+    arg: dict[str, Any] = {
         "message_id": message.message_id,
         "body": text,
         "body_base64": base64.b64encode(raw).decode("ascii"),
