@@ -370,3 +370,27 @@ def test_6_a_live_consumers_ghost_named_message_is_not_taken_back(root):
         assert consumer.receive(timeout=0) is None  # not delivered again while held
         session.acknowledge()
     assert ls(root, "q", "processed") == [name]
+
+
+def test_3_a_count_registered_after_the_consumers_listing_still_counts(root, monkeypatch):
+    """A consumer whose listing of the claim register predates another consumer's entry (the
+    register is listed once per walk) must not deliver the message as a first delivery."""
+    from dropboxmq import claims
+    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+
+    drop(root, "q", "invoice-42.xml", b"body")
+    with Connection(root, "first", FAST) as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        assert session.create_consumer(Queue("q")).receive(timeout=5).delivery_count == 1
+        session.recover()
+    real_registered = claims.registered
+    listings = []
+
+    def stale_then_real(box):  # the first listing misses the entry, as if made just before it
+        listings.append(box)
+        return frozenset() if len(listings) == 1 else real_registered(box)
+
+    monkeypatch.setattr(claims, "registered", stale_then_real)
+    with Connection(root, "second", FAST) as conn:
+        msg = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
+        assert msg is not None and msg.redelivered and msg.delivery_count == 2

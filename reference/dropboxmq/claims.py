@@ -42,7 +42,7 @@ from .store import Dropbox, fsync_dir, replace_durably
 
 __all__ = [
     "REGISTER", "ALIAS_MARK", "Entry", "needs_alias", "alias_name", "alias_inode", "registered",
-    "lookup", "remember", "forget", "original_name", "claim_name", "finish",
+    "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -153,12 +153,23 @@ def original_name(box: Dropbox, pname: str) -> str | None:
     return None if entry is None else entry.name
 
 
-def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int) -> str:
+class StaleCount(Exception):
+    """The register holds a count for this name that the claim's decision did not see (the
+    register was listed before another consumer's claim wrote it): decide again."""
+
+
+def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int, counted: bool) -> str:
     """The processing/ name to claim ``target/<name>`` under as delivery ``count``: ``claimed``
-    behind the owner prefix, or (no room) an alias whose entry is written here, first."""
+    behind the owner prefix, or (no room) an alias whose entry is written here, first.
+    ``counted``: the decision read the register's entry for this name; if it did not and an
+    entry turns up, StaleCount."""
     if not needs_alias(client_id, name, claimed):
         return codec.processing_name(client_id, claimed)
     st = box.stat(State.NEW, name)  # FileNotFoundError: claimed by someone else meanwhile
+    if not counted:
+        entry = _read(box, st.st_ino)
+        if entry is not None and entry.size == st.st_size and entry.count >= count:
+            raise StaleCount(name)
     remember(box, st.st_ino, name, st.st_size, count)
     return alias_name(client_id, st.st_ino)
 

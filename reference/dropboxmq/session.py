@@ -1233,9 +1233,13 @@ class MessageConsumer:
             return None
         try:
             try:
-                pname = claims.claim_name(box, self.session.connection.client_id, name, claimed, count)
+                pname = claims.claim_name(box, self.session.connection.client_id, name, claimed, count,
+                                          entry is not None)
             except FileNotFoundError:
                 pname = ""  # claimed by another consumer before we could register it
+            except claims.StaleCount:
+                scanner.invalidate()  # the next walk lists the register again and reads the count
+                return None
             except OSError as exc:
                 raise _store_error_of("register the claim of", name, exc) from exc
             if not pname or not box.move(Move.CLAIM, State.NEW, name, pname):
