@@ -269,7 +269,7 @@ def test_recovery_finishes_a_rollback_cut_between_link_and_unlink(tmp_path: Path
     from dropboxmq.session import Connection
     from dropboxmq.transaction import transaction_dir
 
-    with Connection(tmp_path, client_id="seeder") as conn:
+    with Connection(tmp_path, client_id="seeder", create=True) as conn:
         session = conn.create_session()
         session.create_producer(Queue("q")).send(session.create_bytes_message(b"x"))
     box = layout.queue_box(tmp_path, Queue("q"))

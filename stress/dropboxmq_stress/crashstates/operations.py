@@ -98,7 +98,7 @@ def _seed(root: Path, queue: str, keys: list[str]) -> None:
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    with Connection(root, client_id="seeder", settings=_settings()) as conn:
+    with Connection(root, client_id="seeder", settings=_settings(), create=True) as conn:
         s = conn.create_session()
         p = s.create_producer(Queue(queue))
         for k in keys:
@@ -118,7 +118,7 @@ def op_send(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client_id="app", settings=_settings())
+    conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
     p = s.create_producer(Queue("q"))
     m = _message(s, "m0")
@@ -132,7 +132,7 @@ def op_send_non_persistent(root: Path, scale: Scale, start: StartRecording) -> E
     from dropboxmq.message import DeliveryMode, Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client_id="app", settings=_settings())
+    conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
     p = s.create_producer(Queue("q"))
     p.send(_message(s, "setup"))  # the queue exists (durably): only the message is unsynced
@@ -146,7 +146,7 @@ def op_send_many(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client_id="app", settings=_settings())
+    conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
     p = s.create_producer(Queue("q"))
     keys = [f"m{i}" for i in range(scale.batch)]
@@ -163,7 +163,7 @@ def op_commit_producer(root: Path, scale: Scale, start: StartRecording) -> Expec
     from dropboxmq.message import Queue
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client_id="app", settings=_settings())
+    conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session(transacted=True)
     queues = [f"q{i}" for i in range(max(2, scale.batch - 1))]
     producers = [s.create_producer(Queue(q)) for q in queues]
@@ -183,7 +183,7 @@ def op_commit_consumer(root: Path, scale: Scale, start: StartRecording) -> Expec
 
     keys = ["m0", "m1"]
     _seed(root, "q", keys)
-    conn = Connection(root, client_id="app", settings=_settings())
+    conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session(transacted=True, ack_mode=AckMode.SESSION_TRANSACTED)
     c = s.create_consumer(Queue("q"))
     mixed = scale.batch > DEFAULT_SCALE.batch
@@ -212,7 +212,7 @@ def _ack_op(mode_name: str) -> Callable[[Path, Scale, StartRecording], Expect]:
         keys = ["m0"] if mode is AckMode.AUTO_ACKNOWLEDGE else ["m0", "m1"]
         _seed(root, "q", keys)
         # DUPS_OK: the batch of lazy acks is flushed by the last receive, without a sync
-        conn = Connection(root, client_id="app", settings=_settings(dups_ok_batch=len(keys)))
+        conn = Connection(root, client_id="app", settings=_settings(dups_ok_batch=len(keys)), create=True)
         s = conn.create_session(ack_mode=mode)
         c = s.create_consumer(Queue("q"))
         refs = tuple(ref(_queue_box("q"), k) for k in keys)
@@ -247,7 +247,7 @@ def _die_after_commit_point(root: Path) -> None:
         if os.readlink(f"/proc/self/fd/{number}").endswith("/transaction/committing"):
             os._exit(0)  # the power of this process goes here: nothing after the commit point runs
 
-    conn = Connection(root, client_id="dead-owner", settings=_settings())
+    conn = Connection(root, client_id="dead-owner", settings=_settings(), create=True)
     client = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
     cc = client.create_consumer(Queue("q"))
     _receive(cc, "m0")
@@ -297,7 +297,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
 
     topic = Topic("t")
     names = [f"s{i}" for i in range(scale.subscribers)]
-    with Connection(root, client_id="subscriber", settings=_settings()) as conn:
+    with Connection(root, client_id="subscriber", settings=_settings(), create=True) as conn:
         s = conn.create_session()
         for name in names:
             s.create_durable_consumer(topic, name).close()
@@ -321,7 +321,7 @@ def op_retention(root: Path, scale: Scale, start: StartRecording) -> Expect:
 
     keys = ["m0", "m1", "m2", "m3"]
     _seed(root, "q", keys)
-    with Connection(root, client_id="consumer", settings=_settings()) as conn:
+    with Connection(root, client_id="consumer", settings=_settings(), create=True) as conn:
         c = conn.create_session().create_consumer(Queue("q"))
         _receive(c, "m0")
         _receive(c, "m1")
@@ -342,7 +342,7 @@ def op_subscribe(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import Topic
     from dropboxmq.session import Connection
 
-    conn = Connection(root, client_id="subscriber", settings=_settings())
+    conn = Connection(root, client_id="subscriber", settings=_settings(), create=True)
     s = conn.create_session()
     (Path(root) / "topic-root").mkdir(exist_ok=True)
     with start() as rec:
