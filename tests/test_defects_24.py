@@ -394,3 +394,21 @@ def test_3_a_count_registered_after_the_consumers_listing_still_counts(root, mon
     with Connection(root, "second", FAST) as conn:
         msg = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
         assert msg is not None and msg.redelivered and msg.delivery_count == 2
+
+
+def test_3_recovery_clears_what_a_crash_left_in_the_claim_register(root):
+    """Found by the crash-state explorer once the claim register existed: a crash between the
+    register's temporary file and its rename, or a claim that lost its race, left files in
+    ``.claims/`` that no recovery ever removed."""
+    from dropboxmq.recovery import recover
+
+    with Connection(root, "c", FAST, create=True) as conn:
+        conn.create_queue("q")
+    box = layout.queue_box(root, Queue("q"))
+    register = box.path / ".claims"
+    register.mkdir()
+    (register / ".12345.999.tmp").write_text("{")  # a half-written entry
+    (register / "12345").write_text('{"name": "gone.xml", "size": 1, "count": 1}')  # no such file any more
+    report = recover(root, orphan_age=0)
+    assert report.claim_entries_removed == 2
+    assert os.listdir(register) == []

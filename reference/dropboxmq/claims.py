@@ -144,6 +144,33 @@ def forget(box: Dropbox, inode: int) -> None:
         os.unlink(_register(box) / str(inode))
 
 
+def sweep_stale(box: Dropbox, cutoff: float) -> int:
+    """Delete what a crash left in the register: a half-written entry (``.<inode>.<pid>.tmp``) and
+    an entry no file of target/ or processing/ has the inode of any more (its claim lost a race,
+    or was finished by a process that died before forgetting it), each older than ``cutoff``
+    (seconds since the epoch).  Returns how many were deleted."""
+    register = _register(box)
+    try:
+        names = os.listdir(register)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    live: set[int] = set()
+    for state in (State.NEW, State.DELIVERED):
+        for name in box.list(state):
+            with contextlib.suppress(FileNotFoundError):
+                live.add(box.stat(state, name).st_ino)
+    removed = 0
+    for name in names:
+        stale = name.endswith(".tmp") if name.startswith(".") else (name.isdigit() and int(name) not in live)
+        try:
+            if stale and os.lstat(register / name).st_mtime < cutoff:
+                os.unlink(register / name)
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
+
+
 def original_name(box: Dropbox, pname: str) -> str | None:
     """The message name an alias claim stands for (None: no alias, or no entry for it)."""
     inode = alias_inode(pname)

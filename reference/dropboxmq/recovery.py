@@ -50,6 +50,7 @@ class RecoveryReport:
     expired: int = 0
     subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
     unfinished_removed: int = 0  # subscription directories a crash left half created or half removed
+    claim_entries_removed: int = 0  # claim-register entries a crash or a lost race left behind
     xa_in_doubt: list[str] = field(default_factory=list)  # prepared 2PC branches awaiting a decision
     errors: list[str] = field(default_factory=list)
 
@@ -62,6 +63,7 @@ class RecoveryReport:
             "expired": self.expired,
             "subscriptions_removed": self.subscriptions_removed,
             "unfinished_removed": self.unfinished_removed,
+            "claim_entries_removed": self.claim_entries_removed,
             "xa_in_doubt": list(self.xa_in_doubt),
             "errors": list(self.errors),
         }
@@ -123,6 +125,7 @@ def recover(
         for _, box in layout.all_dropboxes(root):
             report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)
             _sweep_working(root, box, cutoff, quarantine_orphans, report)
+            report.claim_entries_removed += claims.sweep_stale(box, cutoff)
             if expire:
                 for name in box.list(State.NEW):
                     if from_wire(name, now).is_expired(now):
