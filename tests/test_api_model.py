@@ -9,10 +9,13 @@ The other tests show that the tester can fail: each plants a bug in the client p
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from dropboxmq import spec_traces
 from dropboxmq_stress import apitester
 from dropboxmq_stress.apiclient import PLANT_ENV
 from dropboxmq_stress.apitester import APIModel, Defect
@@ -73,3 +76,19 @@ def test_hypothesis_finds_a_planted_bug_by_itself(monkeypatch):
     search = settings(settings.get_profile("api-short"), max_examples=30, phases=[Phase.generate])
     with pytest.raises(Defect, match="JMSRedelivered=False"):
         run_state_machine_as_test(APIModel, settings=search)
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+def test_the_programs_traces_are_behaviours_of_the_spec(tmp_path, monkeypatch):
+    """The file-system trace of each generated program that fits the spec's models (no foreign
+    files) goes through TLC's trace validation (``dropboxmq spec validate-trace``): every move the
+    library made, and every kill -9, is a step of spec/Dropbox.tla."""
+    monkeypatch.setattr(apitester, "TRACE_DIR", tmp_path)
+    apitester.register_profiles()
+    run_state_machine_as_test(APIModel, settings=settings(settings.get_profile("api-short"), max_examples=4))
+    traces = sorted(tmp_path.glob("*.jsonl"))
+    assert traces, "no program fitted the spec's models"
+    verdicts = spec_traces.validate_traces(traces, timeout=300, jobs=1)
+    undecided = [v for v in verdicts if not v.decided]
+    rejected = [v for v in verdicts if v.decided and not v.accepted]
+    assert not rejected and not undecided, (rejected, undecided)

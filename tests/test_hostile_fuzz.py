@@ -203,3 +203,11 @@ def test_the_fuzzer_plants_into_every_directory_the_library_makes(tmp_path):
     assert made - set(PLACES) == set()
     assert {"dropboxmq/transaction/xa-rolling-back", "dropboxmq/holds", "dropboxmq/transaction/committed",
             "topic-root/t/.subscriptions/s.c/.consumers"} <= set(PLACES)
+
+
+def test_the_coverage_table_in_stress_readme_is_the_computed_one():
+    from dropboxmq_stress.hostile import markdown
+
+    readme = Path(__file__).resolve().parent.parent / "stress" / "README.md"
+    assert markdown() in readme.read_text(encoding="utf-8"), \
+        "regenerate it: python -m dropboxmq_stress.hostile --markdown"

@@ -76,6 +76,9 @@ KNOWN_OPEN_DEFECTS: dict[int, str] = {
     11: "foreign files dropped into a topic's .incoming/ are small",
 }
 
+#: set (tests) to record each program's file-system trace there, for ``dropboxmq spec validate-trace``
+TRACE_DIR: Path | None = None
+
 MAX_ATTEMPTS = 3  # deliveries before error/: small, so that dead-lettering is reached
 def evenly(options: tuple) -> st.SearchStrategy:
     """One of ``options``, each as likely (``sampled_from`` draws its first option far more often,
@@ -321,6 +324,27 @@ class APIModel(RuleBasedStateMachine):
         self.next_sid = 0
         self.next_group = 0
         FIGURES.programs += 1
+        # The trace of a program that fits the spec's models (no foreign files) is kept for TLC.
+        self.fits_spec = True
+        self.watcher: Any = None
+        if TRACE_DIR is not None:
+            from dropboxmq_conformance.watcher import Watcher
+
+            self.trace_path = TRACE_DIR / f"program-{FIGURES.programs}.jsonl"
+            self.watcher = Watcher(self.root, self.trace_path).start()
+
+    def note_kill(self, client: "ClientModel") -> None:
+        """Record a kill in the trace, after every event before it (a marker file shows when the
+        watcher has caught up: its records come in order)."""
+        if self.watcher is None:
+            return
+        marker = self.root / f".caught-up-{FIGURES.processes_killed}"
+        marker.write_bytes(b"")
+        rel = marker.name
+        if not self.watcher.wait_for(lambda recs: any(r.get("path") == rel for r in recs), REPLY_TIMEOUT):
+            self.fits_spec = False
+        marker.unlink()
+        self.watcher.note({"op": "kill", "role": "consume", "clients": [client.client_id]})
 
     def teardown(self) -> None:
         for c in self.all_clients:
@@ -335,6 +359,10 @@ class APIModel(RuleBasedStateMachine):
         for p in self.failed_processes:
             p.proc.kill()
             p.proc.wait()
+        if self.watcher is not None:
+            self.watcher.stop()
+            if not self.fits_spec or self.watcher.overflowed:
+                self.trace_path.unlink()
         shutil.rmtree(self.base, ignore_errors=True)
 
     # ------------------------------------------------------------------ helpers
@@ -434,14 +462,19 @@ class APIModel(RuleBasedStateMachine):
         live_ids = {c.client_id for c in self.live_clients()}
         for e in self.in_box(box):
             if e.owed_by is not None and e.owed_by not in live_ids:
-                back = {p for p in e.allowed if not p[0].startswith("processing:")}
-                e.allowed = back or e.allowed
+                e.allowed = self.returned(e.allowed)
                 e.owed_by = None
             for s, n in list(e.allowed):
                 if s == "target" and n >= MAX_ATTEMPTS:
                     e.allowed.add(("error", n))
                 if s == "target" and e.expiration and e.expiration <= now:
                     e.allowed.add(("expired", n))
+
+    @staticmethod
+    def returned(allowed: set[Place]) -> set[Place]:
+        """A dead holder's message after recovery: back in target/ (its deliveries so far kept),
+        whatever else it may be (a lazy DUPS_OK ack, an expiry)."""
+        return {("target", n) if s.startswith("processing:") else (s, n) for s, n in allowed}
 
     def lose_client(self, client: ClientModel, in_flight: dict | None = None) -> None:
         """``client`` was killed: what it held may come back, its open transactions roll back."""
@@ -595,6 +628,7 @@ class APIModel(RuleBasedStateMachine):
         if not client.live:
             return
         client.proc.kill()
+        self.note_kill(client)
         self.lose_client(client)
 
     @rule(client=clients, mode=evenly(("auto", "client", "dups", "tx")))
@@ -721,6 +755,7 @@ class APIModel(RuleBasedStateMachine):
                                    "delay": 0.0, "n": 5})
         session.client.proc.kill()
         FIGURES.kills_in_flight += 1
+        self.note_kill(session.client)
         self.lose_client(session.client)
         boxes = [self.queue_box(dest)] if to_queue else [s.box for s in self.subs.values() if s.topic in
                                                          {topic, topic.split(".")[0]}]
@@ -943,6 +978,7 @@ class APIModel(RuleBasedStateMachine):
         session.client.proc.start({"op": "commit", "sid": session.sid})
         session.client.proc.kill()
         FIGURES.kills_in_flight += 1
+        self.note_kill(session.client)
         self.next_group += 1
         members = [self.entries[k] for k in session.tx_sends if k in self.entries]
         for e in members:
@@ -1070,7 +1106,7 @@ class APIModel(RuleBasedStateMachine):
         live_ids = {c.client_id for c in self.live_clients()}
         for e in self.entries.values():
             if e.owed_by is not None and e.owed_by not in live_ids:
-                e.allowed = {p for p in e.allowed if not p[0].startswith("processing:")} or e.allowed
+                e.allowed = self.returned(e.allowed)
                 e.owed_by = None
             if ("working", 0) in e.allowed and ("absent", 0) in e.allowed:
                 e.allowed.discard(("working", 0))  # a dead owner's transaction is rolled back now
@@ -1108,6 +1144,7 @@ class APIModel(RuleBasedStateMachine):
 
     def drop_foreign(self, to_topic: bool, queue_name: str, topic: str, kind: str, length: int):
         """A foreign program drops a file: written beside the root, then linked in (never replacing)."""
+        self.fits_spec = False  # foreign files: no move of the spec
         box = self.incoming_box(topic) if to_topic else self.queue_box(queue_name)
         if kind == "collide":
             names = [p for e in self.in_box(box) for p in self.names_of(e)]
@@ -1153,6 +1190,7 @@ class APIModel(RuleBasedStateMachine):
 
     def drop_junk(self, to_topic: bool, queue_name: str, topic: str, kind: str, name: str):
         """Entries that are no message: they must be skipped, never delivered, never block."""
+        self.fits_spec = False  # foreign files: no move of the spec
         box = self.incoming_box(topic) if to_topic else self.queue_box(queue_name)
         target = self.root / box / "target"
         for d in STATES:
@@ -1174,6 +1212,7 @@ class APIModel(RuleBasedStateMachine):
     def plant_unparsable_subscription(self, topic: str):
         """Another program's subscription whose selector does not parse: publishes to the other
         subscriptions of the topic go on."""
+        self.fits_spec = False  # foreign files: no move of the spec
         box = self.root / "topic-root" / topic.replace(".", "/") / ".subscriptions" / "evil.other"
         for d in STATES:
             (box / d).mkdir(parents=True, exist_ok=True)
@@ -1185,6 +1224,7 @@ class APIModel(RuleBasedStateMachine):
     @rule(queue_name=st.sampled_from(("q7", "q8")))
     def symlinked_queue_then_cli_send(self, queue_name: str):
         """A queue directory that is a symlink out of the root: a send must not write outside."""
+        self.fits_spec = False  # foreign files: no move of the spec
         if queue_name not in self.symlinked_queues:
             os.symlink(self.outside / "qdir", self.root / queue_name)
             self.symlinked_queues.add(queue_name)
@@ -1195,6 +1235,7 @@ class APIModel(RuleBasedStateMachine):
     def plant_registration_junk(self, client_id: str):
         """A directory where a client id's registration belongs: connecting as that id fails
         (documented), and once the entry is gone the id is free again."""
+        self.fits_spec = False  # foreign files: no move of the spec
         if any(c.client_id == client_id for c in self.live_clients()):
             return
         path = self.root / "dropboxmq" / "clients" / codec.encode_field(client_id)
