@@ -47,14 +47,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NoReturn
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple,
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
                                  precondition, rule)
 
-from dropboxmq import Queue, TextMessage, Topic, codec, ids
+from dropboxmq import TextMessage, codec, ids
 from dropboxmq.session import selector_for
 
 __all__ = ["KNOWN_OPEN_DEFECTS", "MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
@@ -154,6 +154,7 @@ class Entry:
     group: int | None = None  # a committed-together group, checked all-or-nothing once settled
     count_in_name: bool = True  # False: a foreign name with no room for the count
     owed_by: str | None = None  # a dead holder's client id: must come back at the next receive here
+    owed_incarnation: int = 0  # ... the process that held it (a restart under the same id is another)
 
     @property
     def key(self) -> Key:
@@ -252,6 +253,7 @@ class ClientModel:
     client_id: str
     proc: ClientProcess
     live: bool = True
+    incarnation: int = dataclasses.field(default_factory=lambda: FIGURES.processes_started)
     sessions: list[SessionModel] = dataclasses.field(default_factory=list)
 
 
@@ -370,7 +372,7 @@ class APIModel(RuleBasedStateMachine):
         self.next_token += 1
         return f"mbt-{self.next_token}"
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str) -> NoReturn:
         FIGURES.defects.append(what.splitlines()[0][:200])
         raise Defect(what)
 
@@ -455,13 +457,16 @@ class APIModel(RuleBasedStateMachine):
         FIGURES.redeliveries_checked += n > 0
         return e
 
-    def after_receive_on(self, box: str) -> None:
-        """A consumer of ``box`` claimed: dead holders' messages there are back, and a walk may have
-        dead-lettered those past the attempts or expired those past their expiration."""
+    def after_receive_on(self, box: str, receiver: "ClientModel | None" = None) -> None:
+        """A consumer of ``box`` claimed: dead holders' messages there are back (also to a client
+        restarted under the dead one's id: the claims are its dead predecessor's), and a walk may
+        have dead-lettered those past the attempts or expired those past their expiration."""
         now = _now_ms()
         live_ids = {c.client_id for c in self.live_clients()}
         for e in self.in_box(box):
-            if e.owed_by is not None and e.owed_by not in live_ids:
+            restarted = receiver is not None and receiver.client_id == e.owed_by and \
+                receiver.incarnation != e.owed_incarnation
+            if e.owed_by is not None and (e.owed_by not in live_ids or restarted):
                 e.allowed = self.returned(e.allowed)
                 e.owed_by = None
             for s, n in list(e.allowed):
@@ -494,7 +499,7 @@ class APIModel(RuleBasedStateMachine):
                 held = [p for p in e.allowed if p[0].startswith("processing:")]
                 e.allowed |= {("target", n) for _, n in held}
                 if held:
-                    e.owed_by = client.client_id
+                    e.owed_by, e.owed_incarnation = client.client_id, client.incarnation
                     self.dead_holders.add(client.client_id)
         for sub in self.subs.values():
             if sub.owner == client.client_id and sub.kind in NON_DURABLE_KINDS:
@@ -576,7 +581,7 @@ class APIModel(RuleBasedStateMachine):
         for e in self.entries.values():
             if e.group is not None:
                 groups.setdefault(e.group, []).append(e)
-        for g, members in groups.items():
+        for members in groups.values():
             states = [next(iter(e.allowed))[0] for e in members if len(e.allowed) == 1]
             if len(states) < len(members) or "working" in states:
                 continue
@@ -775,7 +780,7 @@ class APIModel(RuleBasedStateMachine):
         reply = s.client.proc.call({"op": "receive", "cid": consumer.cid, "timeout": wait})
         if "error" in reply:
             self.fail(f"receive on {consumer.box} failed: {reply['error']}")
-        self.after_receive_on(consumer.box)
+        self.after_receive_on(consumer.box, s.client)
         msg = reply["msg"]
         if msg is None:
             if wait:
@@ -832,6 +837,7 @@ class APIModel(RuleBasedStateMachine):
                                "priority": st.integers(0, 9)}),
         st.fixed_dictionaries({"verb": st.just("receive"), "queue_name": st.sampled_from(QUEUES),
                                "ack_mode": st.sampled_from(("auto", "client", "transacted", "dups-ok"))}),
+        st.fixed_dictionaries({"verb": st.just("receive_to_directory"), "queue_name": st.sampled_from(QUEUES)}),
         st.fixed_dictionaries({"verb": st.just("recover")}),
         st.fixed_dictionaries({"verb": st.just("prune"),
                                "states": st.sampled_from(("processed,expired", "processed,expired,error"))}),
@@ -918,7 +924,7 @@ class APIModel(RuleBasedStateMachine):
         if "error" in reply:
             self.fail(f"set_message_listener on {consumer.box} failed: {reply['error']}")
         for i, msg in enumerate(reply["calls"]):
-            self.after_receive_on(consumer.box)
+            self.after_receive_on(consumer.box, s.client)
             e = self.delivered(consumer.box, msg, s.client.client_id, started)
             if i < failures and s.mode in ("auto", "dups"):
                 self.put_back(e.key)
@@ -988,10 +994,10 @@ class APIModel(RuleBasedStateMachine):
         session.tx_sends, session.held = [], []
         self.lose_client(session.client)
         for key in received:  # acknowledged by the commit, or back
-            e = self.entries.get(key)
-            if e is not None:
-                e.allowed |= {("processed", n) for s, n in e.allowed if s == "target"} | \
-                             {("processed", n) for s, n in e.allowed if s.startswith("processing:")}
+            got = self.entries.get(key)
+            if got is not None:
+                got.allowed |= {("processed", n) for s, n in got.allowed if s == "target"} | \
+                               {("processed", n) for s, n in got.allowed if s.startswith("processing:")}
 
     def rollback(self, pick: int):
         session = self.pick(self.open_sessions("tx"), pick)
@@ -1077,6 +1083,33 @@ class APIModel(RuleBasedStateMachine):
         self.cli("send", queue_name, token, "--create", "--priority", str(priority))
         e = Entry(self.queue_box(queue_name), token, {("target", 0)})
         self.entries[e.key] = e
+
+    def cli_receive_to_directory(self, queue_name: str):
+        """``receive --output-dir``: each body becomes a file of the directory, named after its
+        message id, and nowhere else (the directory is two levels down: an id holding ../../
+        would show beside the root)."""
+        box = self.queue_box(queue_name)
+        if not (self.root / box).is_dir():
+            return
+        out = self.base / "out" / "spool" / "in"
+        done = self.cli("receive", queue_name, "-n", "0", "--output-dir", str(out), ok=(0, 1))
+        self.after_receive_on(box)
+        for path in done["stdout"].splitlines():
+            data = _read_regular(os.fsencode(path.strip()))
+            token = None if data is None else _token_of(data)
+            if token is None or (box, token) not in self.entries:
+                self.fail(f"receive --output-dir wrote {path!r}, which holds no message of {box}")
+            e = self.entries[(box, token)]
+            if not any(s == "target" for s, _ in e.allowed):
+                self.fail(f"receive --output-dir delivered {token}, which was {sorted(e.allowed)}")
+            e.allowed = {("processed", n + 1) for s, n in e.allowed if s == "target"}
+            os.unlink(path.strip())
+        # -n 0 drains: what was certainly waiting is consumed now
+        for e in self.available(box):
+            self.fail(f"receive --output-dir -n 0 left {e.token} waiting")
+        outside_out = sorted(os.listdir(self.base / "out"))
+        if outside_out != ["spool"] or os.listdir(self.base / "out" / "spool") != ["in"]:
+            self.fail(f"receive --output-dir wrote outside its directory: {outside_out}")
 
     def cli_receive(self, queue_name: str, ack_mode: str):
         box = self.queue_box(queue_name)
@@ -1281,8 +1314,12 @@ def run(profile: str = "long", seconds: float = 600.0, out=sys.stdout) -> Figure
     while time.monotonic() < deadline:
         rounds += 1
         lines: list[str] = []
+
+        def report(text: object, lines: list[str] = lines) -> None:
+            lines.append(str(text))
+
         try:
-            with with_reporter(lines.append):
+            with with_reporter(report):
                 run_state_machine_as_test(APIModel, settings=settings.get_profile(f"api-{profile}"))
         except Exception as exc:
             print(f"DEFECT (round {rounds}): {str(exc).splitlines()[0][:300]}", file=out)
