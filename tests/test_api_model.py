@@ -85,7 +85,7 @@ def test_the_programs_traces_are_behaviours_of_the_spec(tmp_path, monkeypatch):
     library made, and every kill -9, is a step of spec/Dropbox.tla."""
     monkeypatch.setattr(apitester, "TRACE_DIR", tmp_path)
     apitester.register_profiles()
-    run_state_machine_as_test(APIModel, settings=settings(settings.get_profile("api-short"), max_examples=4))
+    run_state_machine_as_test(APIModel, settings=settings(settings.get_profile("api-short"), max_examples=3))
     traces = sorted(tmp_path.glob("*.jsonl"))
     assert traces, "no program fitted the spec's models"
     verdicts = spec_traces.validate_traces(traces, timeout=300, jobs=1)
