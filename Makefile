@@ -59,10 +59,11 @@ bench: setup        ## floor (C when gcc/cc is present), reference and peers sid
 	$(PY) -m dropboxmq_stress.bench --json stress/results/bench-$$(date +%Y-%m-%d-%H%M%S).json
 	$(PY) -m dropboxmq_stress.spark_bench
 
-stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's long profile, every crash state (deep); root needed for tmpfs / loop mounts
+stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's and the API model tester's long profiles, every crash state (deep); root needed for tmpfs / loop mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json
 	DROPBOXMQ_FUZZ_PROFILE=long $(PY) -m pytest -n auto -q tests/test_hostile_fuzz.py
-	mkdir -p reports && $(PY) -m dropboxmq_stress.crashstates --deep --json reports/crashstates-deep.json
+	mkdir -p reports && $(PY) -m dropboxmq_stress.apitester --profile long --seconds 900 --json reports/apitester-long.json
+	$(PY) -m dropboxmq_stress.crashstates --deep --json reports/crashstates-deep.json
 
 stress-smoke: setup system-deps   ## <= 3 min: kills + contention + full disk + fail-at-N
 	$(DMQ) stress run --profile smoke --out reports/stress-smoke --baseline stress/baselines/smoke.json

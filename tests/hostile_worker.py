@@ -1,13 +1,15 @@
 """Run every verb and API entry point once against a (hostile) root; print a JSON report.
 
 Run by tests/test_hostile_fuzz.py in a child process with a time bound, so that a hang is a
-failure and not a stuck suite.  Usage: python hostile_worker.py ROOT.  The report holds the
+failure and not a stuck suite.  Usage: python hostile_worker.py ROOT OUTPUT_DIR.  The verbs and
+entry points are those dropboxmq_stress.hostile lists (CLI_VERBS, API_STEPS: its coverage table).  The report holds the
 message ids received and every error raised, with whether it is a documented one
 (a DropboxMQError from the API; for the CLI, a clean exit with a status and no traceback)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -19,12 +21,15 @@ from dropboxmq.distributor import distribute
 from dropboxmq.errors import DropboxMQError
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover
+from dropboxmq.retention import prune
 from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
+from dropboxmq.store import Dropbox
+from dropboxmq_stress.hostile import API_STEPS, CLI_VERBS
 
 FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.0)
 
 
-def main(root: Path) -> dict:
+def main(root: Path, output_dir: Path) -> dict:
     report: dict = {"received": [], "published": [], "errors": []}
 
     def api(step: str, fn) -> None:
@@ -75,31 +80,61 @@ def main(root: Path) -> dict:
             for name in ("q", "h"):
                 list(conn.create_session().create_browser(Queue(name)))
 
-    verb("stat")
-    verb("stat", "--json")
-    verb("browse", "q")
-    verb("browse", "h", "--json")
-    verb("xa", "list")
-    verb("audit", "--json")
-    api("browse (API)", browse_api)
-    api("recover (API)", lambda: recover(root))
-    api("recover --assume-unknown-dead (API)", lambda: recover(root, orphan_age=0, assume_unknown_dead=True))
-    verb("recover")
-    api("distribute (API)", lambda: distribute(root, settings=FAST))
-    verb("distribute")
-    api("publish (API)", publish)
-    verb("publish", "t", "from the CLI")
-    api("receive q (API)", drain_queue)
-    api("receive subscription (API)", drain_subscription)
-    verb("receive", "h", "--count", "5", "--timeout", "0")
-    received = verb("receive", "q", "-n", "0", "--json")
-    for line in received.stdout.splitlines():
-        if line.startswith("{"):
-            report["received"].append(json.loads(line)["id"])
-    verb("purge", "h", "--yes", "--state", "target", "--state", "error")
-    verb("stat")
+    def background_tasks() -> None:
+        """What a consumer does besides claiming: dead owners' recovery and retention, each receive."""
+        background = Settings(poll_interval=0.005, scan_interval=0.0, recovery_interval=0.0, retention=0.0)
+        with Connection(root, client_id="fuzz", settings=background) as conn:
+            consumer = conn.create_session().create_consumer(Queue("h"))
+            while (m := consumer.receive(timeout=0)) is not None:
+                report["received"].append(m.message_id)
+
+    def retention_prune() -> None:
+        for box in (Dropbox(root / "q" / "incoming"), Dropbox(root / "h" / "incoming")):
+            prune(box, ["processed", "expired", "error"], 0)
+
+    def connect_as_planted() -> None:
+        for client_id in ("ghost", "c~s~1", "fuzz"):
+            with Connection(root, client_id=client_id, settings=FAST):
+                pass
+
+    steps = {
+        "browse (API)": browse_api,
+        "recover (API)": lambda: recover(root),
+        "recover --assume-unknown-dead (API)": lambda: recover(root, orphan_age=0, assume_unknown_dead=True),
+        "distribute (API)": lambda: distribute(root, settings=FAST),
+        "publish (API)": publish,
+        "receive q (API)": drain_queue,
+        "receive subscription (API)": drain_subscription,
+        "consumer background: recovery and retention (API)": background_tasks,
+        "retention prune (API)": retention_prune,
+        "connect as a planted client id (API)": connect_as_planted,
+    }
+    assert tuple(steps) == API_STEPS, "hostile.API_STEPS (the coverage table) must list what runs here"
+    order = ["stat", "stat --json", "browse", "browse --json", "xa list", "audit", "browse (API)", "recover (API)",
+             "recover --assume-unknown-dead (API)", "recover", "distribute (API)", "distribute", "publish (API)",
+             "publish", "init", "send --create", "receive q (API)", "receive subscription (API)",
+             "consumer background: recovery and retention (API)", "receive", "receive --json",
+             "receive --output-dir", "subscribe", "unsubscribe", "retention prune (API)", "prune",
+             "connect as a planted client id (API)", "recover --assume-unknown-dead", "purge", "stat"]
+    assert set(order) == set(CLI_VERBS) | set(API_STEPS), "every verb of the coverage table runs"
+    for name in order:
+        if name in steps:
+            api(name, steps[name])
+            continue
+        args = tuple(str(output_dir) if a == "OUT" else a for a in CLI_VERBS[name])
+        result = verb(*args)
+        if name == "receive --json":
+            for line in result.stdout.splitlines():
+                if line.startswith("{"):
+                    report["received"].append(json.loads(line)["id"])
+        if name == "subscribe":
+            for line in result.stdout.splitlines():
+                if line.startswith("ID:"):
+                    report["received"].append(line.split()[0])
+        if name == "receive --output-dir":
+            report["received"] += ["ID:" + os.path.basename(line) for line in result.stdout.splitlines() if line]
     return report
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(Path(sys.argv[1]))))
+    print(json.dumps(main(Path(sys.argv[1]), Path(sys.argv[2]))))

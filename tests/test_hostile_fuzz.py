@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 from dropboxmq import codec
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.session import Connection, Settings
+from dropboxmq.lifecycle import STATE_DIRS
 from dropboxmq.store import Dropbox
+from dropboxmq_stress.hostile import INTERNAL_DIRS, JSONS, KINDS, NAMES, PLACES, REPLACEABLE
 
 FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
 WORKER = Path(__file__).with_name("hostile_worker.py")
@@ -38,55 +40,12 @@ settings.register_profile("hostile-long", max_examples=400, deadline=None, datab
                           suppress_health_check=list(HealthCheck))
 PROFILE = "hostile-" + os.environ.get("DROPBOXMQ_FUZZ_PROFILE", "short")
 
-STATES = ("working", "target", "processing", "processed", "expired", "error")
-#: every directory a hostile entry may appear in ("" = the root itself)
-PLACES = (
-    [f"q/incoming/{s}" for s in STATES] + [f"h/incoming/{s}" for s in STATES] + [
-        "", "h", "h/incoming", "topic-root", "topic-root/t", "topic-root/t/.subscriptions",
-        "topic-root/t/.subscriptions/s.c", "topic-root/t/.subscriptions/s.c/.consumers",
-        "topic-root/t/.subscriptions/s.c/target", "topic-root/t/.incoming/target", "dropboxmq",
-        "dropboxmq/clients", "dropboxmq/transaction/associated", "dropboxmq/transaction/committing",
-        "dropboxmq/transaction/rolling-back", "dropboxmq/transaction/prepared",
-        "dropboxmq/transaction/unassociated", "dropboxmq/transaction/xa-committing",
-    ])
-
-#: names chosen to hit edges: client ids in use, owner prefixes, '~', 255 bytes, undecodable bytes
-NAMES = [
-    b"c", b"fuzz", b"ghost", b"ghost~" + b"x" * 249, b"ghost~s~1", b"fuzz~s~1", b"c~s~1",
-    b"4.ID%3Ahostile.x", b"ghost~4.ID%3Ahostile.x", b"c~4.ID%3Ahostile.x", b"\xff\xfe~" + b"y" * 200,
-    b"caf\xe9", b"4." + "é".encode() * 126, b"4." + "é".encode() * 126 + b"x", b".subscription",
-    b"recovery.lock", b"xa-0-00-0", b"target", b"s.c", b"q", b"~", b"%", b"+",
-]
+STATES = STATE_DIRS
 names = st.one_of(st.sampled_from(NAMES),
                   st.binary(min_size=1, max_size=255).filter(lambda b: b"/" not in b and b"\0" not in b
                                                              and b not in (b".", b"..")))
-
-JSONS = [
-    b"[1, 2]", b'{"kind": 5}', b'"durable"', b"{", b"", b"null", b"\xff\xfe",
-    b'{"kind": "send", "box": "../outside/incoming", "name": "victim"}\n',
-    b'{"kind": "receive", "box": "../outside/incoming", "name": "victim"}\n',
-    b'{"kind": "send", "box": "q/incoming", "name": "../../../outside/incoming/working/victim"}\n',
-    b'{"kind": "send", "box": "OUTSIDE", "name": "victim"}\n',
-    b'{"kind": "receive", "box": "link/incoming", "name": "victim"}\n',
-    b'{"kind": "send", "box": "q/inc',
-    b'{"kind": "durable", "name": 1, "client_id": null, "topic": "t", "selector": null, "no_local": false}',
-    b'{"kind": "durable", "name": "s", "client_id": "c", "topic": "t", "selector": "a LIKE \'%a%a%a%a%a%a%a%b\'",'
-    b' "no_local": false}',
-    b'{"xid": {"format_id": 1}}\n{"kind": "send", "box": "../outside/incoming", "name": "victim", '
-    b'"parked": "victim", "final": "victim"}\n',
-    b'{"xid": {"format_id": 0, "gtrid": "00", "bqual": "00"}, "owner": "ghost"}\n{"kind": "send", '
-    b'"box": "../outside/incoming", "name": "victim", "parked": "victim", "final": "victim"}\n',
-]
-KINDS = ("fifo", "socket", "symlink-in", "symlink-out", "symlink-out-dir", "dir", "junk", "json",
-         "hardlink-in", "hardlink-out")
 plants = st.lists(st.tuples(st.sampled_from(PLACES), names, st.sampled_from(KINDS), st.sampled_from(JSONS),
                             st.binary(max_size=64)), min_size=1, max_size=10)
-#: whole-directory replacements: a state or internal directory that is a symlink out, or a file
-REPLACEABLE = ("h/incoming/target", "h/incoming/working", "h/incoming/processing", "q/incoming/processed",
-               "q/incoming/error", "topic-root/t/.subscriptions/s.c/processed", "dropboxmq/transaction/committing",
-               "topic-root/t/.subscriptions/s.c/.subscription", "topic-root/t/.subscriptions/s.c/.consumers",
-               "dropboxmq/transaction/rolling-back", "dropboxmq/transaction/unassociated",
-               "dropboxmq/clients")
 replacements = st.lists(st.tuples(st.sampled_from(REPLACEABLE), st.sampled_from(("symlink-out", "file", "fifo"))),
                         max_size=2, unique_by=lambda t: t[0])
 
@@ -110,8 +69,8 @@ def build(base: Path) -> tuple[Path, Path, set[str]]:
     Dropbox(root / "h" / "incoming").ensure()
     Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
     (root / "h" / "incoming" / "target" / "4.ID%3Aforeign.x").write_bytes(b"foreign")
-    for d in ("associated", "committing", "rolling-back", "prepared", "unassociated", "xa-committing"):
-        os.makedirs(root / "dropboxmq" / "transaction" / d, exist_ok=True)
+    for d in INTERNAL_DIRS:
+        os.makedirs(root / d, exist_ok=True)
     os.makedirs(root / "topic-root" / "t" / ".subscriptions" / "s.c" / ".consumers", exist_ok=True)
     return root, outside, valid
 
@@ -144,10 +103,10 @@ def plant(root: Path, outside: Path, place: str, name: bytes, kind: str, json_te
             os.mkdir(path)
             with open(os.path.join(path, b"inner"), "wb") as f:
                 f.write(junk)
-        elif kind == "junk":
+        elif kind == "file":
             with open(path, "wb") as f:
                 f.write(junk)
-        elif kind == "json":
+        elif kind == "junk-json":
             with open(path, "wb") as f:
                 f.write(json_text)
         elif kind == "hardlink-in" and some_message is not None:
@@ -201,13 +160,16 @@ def test_hostile_root(plants, replacements):
         base = Path(tmp)
         root, outside, valid = build(base)
         os.symlink(outside, root / "link")
+        os.makedirs(base / "spool" / "in" / "out")
         for p in plants:
             plant(root, outside, *p)
         for rel, kind in replacements:
             replace(root, outside, rel, kind)
         before = digest(outside)
         try:
-            done = subprocess.run([sys.executable, str(WORKER), str(root)], capture_output=True, timeout=BOUND)
+            # receive --output-dir writes two levels down: an id holding ../../ would show beside "out"
+            done = subprocess.run([sys.executable, str(WORKER), str(root), str(base / "spool" / "in" / "out")],
+                                  capture_output=True, timeout=BOUND)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"a verb hung (over {BOUND} s) with plants {plants} {replacements}") from None
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
@@ -215,7 +177,37 @@ def test_hostile_root(plants, replacements):
         undocumented = [e for e in report["errors"] if not e["documented"]]
         assert not undocumented, json.dumps(undocumented, indent=1)[:6000]
         assert digest(outside) == before, "a file outside the root changed"
+        assert sorted(os.listdir(base)) == ["outside", "root", "spool"], f"files beside the root: {os.listdir(base)}"
+        assert os.listdir(base / "spool") == ["in"] and os.listdir(base / "spool" / "in") == ["out"], \
+            "receive --output-dir wrote outside its directory"
         received = set(report["received"])
         left = "\n".join(names_under(root))
         lost = [i for i in valid if i not in received and codec.encode_field(i.removeprefix("ID:")) not in left]
         assert not lost, f"valid messages lost: {lost}"
+
+
+def test_the_fuzzer_plants_into_every_directory_the_library_makes(tmp_path):
+    """The places come from the layout's definitions: a root the library has made every kind of
+    directory in (queues, topics, .incoming/, subscriptions and their consumers, registrations,
+    checkpoint holds, every transaction-log state, XA's) has none the fuzzer leaves out."""
+    from dropboxmq.clients import hold_for_checkpoint
+    from dropboxmq.xa import create_xa_session
+
+    root, _, _ = build(tmp_path)
+    with Connection(root, client_id="c", settings=FAST) as conn:
+        consumer = conn.create_session().create_durable_consumer(Topic("t"), "s")  # .consumers/ in use
+        create_xa_session(conn)
+        hold_for_checkpoint(root, "spark-x", str(tmp_path / "checkpoint"))
+        made = {os.path.relpath(d, root) for d, _, _ in os.walk(root)} - {"."}
+        consumer.close()
+    assert made - set(PLACES) == set()
+    assert {"dropboxmq/transaction/xa-rolling-back", "dropboxmq/holds", "dropboxmq/transaction/committed",
+            "topic-root/t/.subscriptions/s.c/.consumers"} <= set(PLACES)
+
+
+def test_the_coverage_table_in_stress_readme_is_the_computed_one():
+    from dropboxmq_stress.hostile import markdown
+
+    readme = Path(__file__).resolve().parent.parent / "stress" / "README.md"
+    assert markdown() in readme.read_text(encoding="utf-8"), \
+        "regenerate it: python -m dropboxmq_stress.hostile --markdown"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,8 @@ def prune(box: Dropbox, states: list[str], older_than: float, dry_run: bool = Fa
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # pruned by someone else meanwhile
-            if st.st_ctime > cutoff:
-                continue
+            if st.st_ctime > cutoff or not stat.S_ISREG(st.st_mode):
+                continue  # young, or no message (a directory or FIFO quarantined there): left alone
             result.matched += 1
             result.per_state[d] = result.per_state.get(d, 0) + 1
             result.bytes += st.st_size

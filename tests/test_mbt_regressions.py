@@ -1,0 +1,43 @@
+"""Regression tests for the defects the model-based API tester (``dropboxmq_stress.apitester``,
+issue 24) and the extended hostile-root fuzzer found in the reference.  Each test is named after
+what the tester's minimal program did, and failed before its fix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from dropboxmq.cli import main as cli
+from dropboxmq.distributor import distribute
+from dropboxmq.message import Topic
+from dropboxmq.retention import prune
+from dropboxmq.session import Connection
+from dropboxmq.store import Dropbox
+
+from conftest import FAST
+
+
+def test_prune_skips_a_directory_quarantined_to_error_and_deletes_the_rest(root: Path) -> None:
+    """Minimal program: a third party drops a directory into a topic's .incoming/target/;
+    distribute quarantines it to error/ (it is no message); ``prune --state error`` then
+    stopped at it with exit 1 ("Is a directory") and deleted nothing after it, every run."""
+    with Connection(root, client_id="c", settings=FAST) as conn:
+        conn.create_session().create_durable_consumer(Topic("t"), "s").close()
+    incoming = Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
+    (incoming.path / "target" / "junk").mkdir()
+    (incoming.path / "target" / "4.1700000000000000-1.T").write_bytes(b"a real drop")
+    distribute(root, settings=FAST)
+    quarantined = os.listdir(incoming.path / "error")
+    assert len(quarantined) == 1 and (incoming.path / "error" / quarantined[0]).is_dir()
+    Dropbox(root / "q" / "incoming").ensure()
+    (root / "q" / "incoming" / "error" / "4.1700000000000001-1.T").write_bytes(b"dead")
+
+    result = CliRunner().invoke(cli, ["--root", str(root), "prune", "--older-than", "0s",
+                                      "--state", "processed,expired,error"])
+    assert result.exit_code == 0, result.output
+    assert os.listdir(root / "q" / "incoming" / "error") == []  # the messages are pruned
+    assert os.listdir(incoming.path / "processed") == []
+    assert (incoming.path / "error" / quarantined[0]).is_dir()  # what is no message is left alone
+    assert prune(incoming, ["error"], 0).matched == 0
