@@ -194,7 +194,7 @@ def test_the_fuzzer_plants_into_every_directory_the_library_makes(tmp_path):
     from dropboxmq.xa import create_xa_session
 
     root, _, _ = build(tmp_path)
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         consumer = conn.create_session().create_durable_consumer(Topic("t"), "s")  # .consumers/ in use
         create_xa_session(conn)
         hold_for_checkpoint(root, "spark-x", str(tmp_path / "checkpoint"))

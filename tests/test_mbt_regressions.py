@@ -23,7 +23,7 @@ def test_prune_skips_a_directory_quarantined_to_error_and_deletes_the_rest(root:
     """Minimal program: a third party drops a directory into a topic's .incoming/target/;
     distribute quarantines it to error/ (it is no message); ``prune --state error`` then
     stopped at it with exit 1 ("Is a directory") and deleted nothing after it, every run."""
-    with Connection(root, client_id="c", settings=FAST) as conn:
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "s").close()
     incoming = Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
     (incoming.path / "target" / "junk").mkdir()

@@ -47,7 +47,7 @@ class Client:
         self.consumers: dict[int, Any] = {}
 
     def op_connect(self, cmd: dict) -> dict:
-        self.conn = Connection(self.root, client_id=self.client_id, settings=self.settings)
+        self.conn = Connection(self.root, client_id=self.client_id, settings=self.settings, create=True)
         return {}
 
     def op_session(self, cmd: dict) -> dict:

@@ -63,17 +63,7 @@ __all__ = ["KNOWN_OPEN_DEFECTS", "MAX_ATTEMPTS", "Defect", "Figures", "FIGURES",
 #: Defects being fixed on another branch (numbers of the list in the issue).  Each entry is ONE
 #: restriction of the generators that keeps the defect out of the programs; empty the dict when the
 #: fixes are merged, and the generators produce them again.
-KNOWN_OPEN_DEFECTS: dict[int, str] = {
-    1: "a name dropped into a topic's .incoming/ is never dropped there again",
-    2: "a killed client that held unacknowledged messages is never restarted with the same client id",
-    3: "foreign names are 1.2 names, at most 229 bytes, with room for the delivery count",
-    4: "no client id is long enough for a foreign name to be claimed without its prefix",
-    5: "no third party plants a subscription whose selector does not parse",
-    6: "foreign names never contain '~'",
-    7: "no foreign message id holds a path ('/')",
-    8: "no third party makes a queue directory a symlink",
-    10: "no third party plants an entry under dropboxmq/clients/",
-}
+KNOWN_OPEN_DEFECTS: dict[int, str] = {}  # issue 24's twelve are fixed: the generators produce every one
 # (9 and 12 are the conformance suite's, 11 needs a large body: no generator here produces them.)
 
 #: set (tests) to record each program's file-system trace there, for ``dropboxmq spec validate-trace``

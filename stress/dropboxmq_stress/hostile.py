@@ -28,7 +28,7 @@ TOPIC_BOXES = ("topic-root/t/.incoming", "topic-root/t/.subscriptions/s.c")
 
 #: everything under dropboxmq/: registrations, checkpoint holds, Spark's stream manifests, and
 #: one directory per transaction-log state (XA ones included, and 1.2's rolled-back/)
-INTERNAL_DIRS = ("dropboxmq", "dropboxmq/clients", "dropboxmq/holds", "dropboxmq/spark",
+INTERNAL_DIRS = ("dropboxmq", "dropboxmq/clients", "dropboxmq/holds", "dropboxmq/removed", "dropboxmq/spark",
                  "dropboxmq/spark/streams", "dropboxmq/transaction") + tuple(
     f"dropboxmq/transaction/{d}" for d in sorted({*LOG_DIRS, *(s.value for s in LogState if s.value)}))
 
@@ -38,6 +38,7 @@ PLACES: tuple[str, ...] = (
     + ("", "q", "q/incoming", "h", "h/incoming", "topic-root", "topic-root/t", "topic-root/t/.incoming",
        "topic-root/t/.subscriptions", "topic-root/t/.subscriptions/s.c",
        "topic-root/t/.subscriptions/s.c/.consumers")
+    + tuple(f"{box}/.claims" for box in QUEUE_BOXES + TOPIC_BOXES)  # each dropbox's claim register
     + INTERNAL_DIRS)
 
 #: the kinds of entry planted (tests/test_hostile_fuzz.py: plant)
