@@ -85,7 +85,8 @@ REPLACEABLE = (
 #: the CLI verbs tests/hostile_worker.py runs, by name -> arguments after --root
 CLI_VERBS: dict[str, tuple[str, ...]] = {
     "stat": ("stat",), "stat --json": ("stat", "--json"), "browse": ("browse", "q"),
-    "browse --json": ("browse", "h", "--json"), "xa list": ("xa", "list"), "audit": ("audit", "--json"),
+    "browse --json": ("browse", "h", "--json"), "browse --state error": ("browse", "h", "--state", "error"),
+    "redrive": ("redrive", "h", "--limit", "3"), "xa list": ("xa", "list"), "audit": ("audit", "--json"),
     "recover": ("recover",), "recover --assume-unknown-dead": ("recover", "--assume-unknown-dead",
                                                                "--orphan-age", "0"),
     "distribute": ("distribute",), "publish": ("publish", "t", "from the CLI"),
