@@ -14,6 +14,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import click
+
 from rich.console import Console
 from rich.table import Table
 
@@ -42,23 +44,24 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
 def _consume(root: str, queue: str, index: int, producers_done, results) -> None:
     from .session import Connection
 
-    got: list[tuple[int, int, int]] = []
+    got: list[tuple[str, int, int]] = []  # (run, producer, seq) of each message received
     started = time.perf_counter()
     with Connection(root, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue(queue))
         while True:
             msg = consumer.receive(0.2)
             if msg is not None:
-                run, producer, seq = (int(msg.get_property(name, -1)) for name in ("run", "producer", "seq"))
-                got.append((run, producer, seq))
+                got.append((str(msg.get_property("run")), int(msg.get_property("producer", -1)),
+                            int(msg.get_property("seq", -1))))
             elif producers_done.is_set():
                 if consumer.receive(0.3) is None:  # one last look after the producers finished
                     break
     results.put(("consumer", index, len(got), time.perf_counter() - started, got))
 
 
-def _collect(results, n: int, tick) -> list:
-    """n reports from the worker processes, calling ``tick`` while none arrives."""
+def _collect(results, n: int, tick, workers: list) -> list:
+    """n reports from the worker processes, calling ``tick`` while none arrives; a worker that
+    died without reporting ends the demo with an error instead of a wait for ever."""
     import queue as queue_module
 
     got: list[tuple] = []
@@ -67,6 +70,9 @@ def _collect(results, n: int, tick) -> list:
             got.append(results.get(timeout=0.2))
         except queue_module.Empty:
             tick()
+            failed = [p for p in workers if p.exitcode not in (None, 0)]
+            if failed:
+                raise click.ClickException(f"demo: a worker process failed (exit {failed[0].exitcode}); see above") from None
     return got
 
 
@@ -98,9 +104,9 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
         def tick() -> None:
             progress.update(task, completed=box.count(State.ACKNOWLEDGED) - before)
 
-        reports = _collect(results, len(prods), tick)
+        reports = _collect(results, len(prods), tick, cons + prods)
         done.set()
-        reports += _collect(results, len(cons), tick)
+        reports += _collect(results, len(cons), tick, cons + prods)
     for p in cons + prods:
         p.join()
     elapsed = time.perf_counter() - started

@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import itertools
 import os
 import stat
 import sys
@@ -418,33 +419,28 @@ class Dropbox:
         """Rename ``src`` into target/ under the first free ``codec.disambiguated`` name."""
         from . import codec
 
-        for n in range(2, 1000):
-            other = codec.disambiguated(name, n)
-            if other is None:
-                break
-            try:
-                rename_noreplace(src, self.file(State.NEW, other))
-                return True
-            except FileExistsError:
-                continue
-            except FileNotFoundError:
-                return False
-            except OSError as exc:
-                raise _store_error("send aside", src, exc) from exc
-        raise StoreError(f"cannot find a free name for {src} in target/")
+        names = (codec.disambiguated(name, n) for n in range(2, 1000))
+        return self._rename_to_free_name(src, State.NEW, itertools.takewhile(lambda n: n is not None, names),
+                                         "send aside")
 
     def _move_aside(self, src: str, destination: State, name: str) -> bool:
-        for n in range(1, 1000):
-            aside = cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES)
+        names = (cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES) for n in range(1, 1000))
+        return self._rename_to_free_name(src, destination, names, "move aside")
+
+    def _rename_to_free_name(self, src: str, destination: State, names: Iterable[str | None], what: str) -> bool:
+        """Rename ``src`` into ``destination`` under the first of ``names`` not taken there
+        (False: ``src`` is gone, another process moved it)."""
+        for other in names:
+            assert other is not None
             try:
-                rename_noreplace(src, self.file(destination, aside))
+                rename_noreplace(src, self.file(destination, other))
                 return True
             except FileExistsError:
                 continue
             except FileNotFoundError:
                 return False
             except OSError as exc:
-                raise _store_error("move aside", src, exc) from exc
+                raise _store_error(what, src, exc) from exc
         raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
