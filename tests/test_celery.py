@@ -40,7 +40,9 @@ def test_a_worker_killed_9_loses_nothing_and_repeats_only_what_it_held(tmp_path:
 
 def test_priority_9_overtakes_waiting_priority_0_and_countdown_waits_in_target(tmp_path: Path) -> None:
     r = celery_compare.priority_run("dropboxmq", tmp_path, low=20, high=5, countdown=3.0)
-    assert r.high_positions == [1, 2, 3, 4, 5], r.order
+    # claimed in priority order; the prefork pool (concurrency 2) may start a priority-0 task on
+    # its free process a moment before the last priority-9 one it holds: one place of slack
+    assert r.high_positions[-1] <= 6 and r.high_positions[:4] == [1, 2, 3, 4], r.order
     assert r.countdown_delay is not None and r.countdown_delay >= 3.0
     # a delivery delay in its name: the ETA less the moments between Celery's clock read and the send
     assert r.countdown_held_ms is not None and 2000 <= r.countdown_held_ms <= 3001

@@ -135,7 +135,12 @@ SCENARIO_CHECKS = {name: decides for name, _role, _fn, decides in runner.SCENARI
 def test_shell_implementation_passes(scenario, tmp_path):
     m = M.load(SHELL / "shell.toml")
     only = set(SCENARIO_CHECKS[scenario]) | {"model.trace-complete", "model.replay"}
-    rep = runner.run_impl(m, tmp_path, only=only, tlc=False)
+    for attempt in range(3):
+        rep = runner.run_impl(m, tmp_path / str(attempt), only=only, tlc=False)
+        # inotify missed an event (the final rescan says so; seen under load): no verdict on the
+        # implementation either way, so the scenario is judged again, at most three times
+        if result(rep, "model.trace-complete").status != C.INCONCLUSIVE:
+            break
     assert rep.error is None
     for check in only:
         r = result(rep, check)

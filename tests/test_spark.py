@@ -285,7 +285,7 @@ def _sink_texts(spark, sink: str) -> list[bytes]:
 
 def _recover_cli(root: Path, release: str | None = None) -> dict:
     """``dropboxmq recover`` (``--release CLIENT``: the operator says that query is gone for good)."""
-    out = subprocess.run([str(Path(sys.executable).parent / "dropboxmq"), "recover",
+    out = subprocess.run([str(Path(sys.executable).parent / "dropboxmq"), "recover", "--json",
                           *(("--release", release) if release else ())], check=True,
                          capture_output=True, text=True, env={**os.environ, "DROPBOXMQ_ROOT": str(root)})
     return json.loads(out.stdout)

@@ -42,7 +42,7 @@ from .store import Dropbox, fsync_dir, replace_durably
 
 __all__ = [
     "REGISTER", "ALIAS_MARK", "Entry", "needs_alias", "alias_name", "alias_inode", "registered",
-    "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish",
+    "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish", "sweep_stale",
 ]
 
 log = logging.getLogger("dropboxmq")

@@ -175,9 +175,12 @@ def plant_bug(name: str) -> None:
 
         MessageConsumer.receive = first_looking  # type: ignore[method-assign]
     elif name == "acknowledge-acks-nothing":  # acknowledge() returns, the messages stay in processing/
-        Session.acknowledge = lambda self: None  # type: ignore[method-assign]
+        def acks_nothing(self: Any, *messages: Any) -> None:
+            return None
+
+        Session.acknowledge = acks_nothing  # type: ignore[method-assign]
     elif name == "recover-loses-messages":  # recover() deletes what it should put back
-        def losing_recover(self: Any, back_off: bool = False) -> None:
+        def losing_recover(self: Any, *messages: Any, back_off: bool = False) -> None:
             for path in Path(self.connection.root).glob(f"*/incoming/processing/{self.connection.client_id}~*"):
                 path.unlink()
 
