@@ -546,7 +546,13 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
             if bad is not None and _silent_redelivery(bad):  # the model stamps every Redeliver (strict R-2)
                 rule = "R-2"
                 where += " (a Redeliver without a delivery count in the name, PROTOCOL.md R-2)"
-            out[job.key] = TlcOutcome("inconclusive" if helper else "fail", f"TLC rejected {where}: {v.reason}", bad,
+            # a file the watcher only found by scanning a directory it watched late: the moves
+            # that brought it there are missing from the trace, so the rejection proves nothing
+            late_scan = bad is not None and bad.get("synthetic") == "scan"
+            if late_scan:
+                where += " (found by a late scan: the moves before it are missing from the trace)"
+            out[job.key] = TlcOutcome("inconclusive" if helper or late_scan else "fail",
+                                      f"TLC rejected {where}: {v.reason}", bad,
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [], rule=rule)
     return out
