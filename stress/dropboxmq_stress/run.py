@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field, replace
@@ -190,7 +191,10 @@ def finish(root: Path, case: Case, out: Path, hist: History) -> dict:
 def run_case(case: Case, out: Path, scratch: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     hist_dir = out / "history"
-    hist_dir.mkdir(exist_ok=True)
+    # a history left by an earlier run into the same --out would be counted with this one's
+    # (seen: "lost 3" and thousands of unexplained duplicates from two make stress-smoke runs)
+    shutil.rmtree(hist_dir, ignore_errors=True)
+    hist_dir.mkdir()
     (out / "case.json").write_text(json.dumps(case.to_dict(), indent=1, default=list))
     started = time.time()
     if "fail-at-n" in case.nemeses:
