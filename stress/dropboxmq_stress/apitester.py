@@ -23,8 +23,7 @@ whole root and checks an abstract model of the guarantees of ``spec/Channel.tla`
 * **confinement**: nothing outside the root changes (checksummed) and only documented errors are raised.
 
 Where the model cannot know an outcome (a client killed while a command runs, a lazy DUPS_OK ack),
-it allows every outcome and then narrows to what it observes.  ``KNOWN_OPEN_DEFECTS`` restricts the
-generators away from defects that are being fixed elsewhere; the restriction goes when they land.
+it allows every outcome and then narrows to what it observes.
 
 Profiles: ``short`` (``tests/test_api_model.py``, part of ``make test``: derandomized, small) and
 ``long`` (``DROPBOXMQ_API_PROFILE=long``, ``python -m dropboxmq_stress.apitester``, ``make stress``).
@@ -57,14 +56,8 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, inva
 from dropboxmq import TextMessage, codec, ids
 from dropboxmq.session import selector_for
 
-__all__ = ["KNOWN_OPEN_DEFECTS", "MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
+__all__ = ["MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
            "register_profiles", "main"]
-
-#: Defects being fixed on another branch (numbers of the list in the issue).  Each entry is ONE
-#: restriction of the generators that keeps the defect out of the programs; empty the dict when the
-#: fixes are merged, and the generators produce them again.
-KNOWN_OPEN_DEFECTS: dict[int, str] = {}  # issue 24's twelve are fixed: the generators produce every one
-# (9 and 12 are the conformance suite's, 11 needs a large body: no generator here produces them.)
 
 #: set (tests) to record each program's file-system trace there, for ``dropboxmq spec validate-trace``
 TRACE_DIR: Path | None = None
@@ -97,13 +90,10 @@ REPLY_TIMEOUT = 60.0
 RECEIVE_WAIT = 5.0  # a receive that must find a message waits up to this
 
 
-#: the generators, restricted by KNOWN_OPEN_DEFECTS (each restriction names its defect)
-CLIENT_IDS = SHORT_IDS if 4 in KNOWN_OPEN_DEFECTS else SHORT_IDS + (LONG_ID,)
-FOREIGN_KINDS = tuple(k for k in ("v12", "v12", "invoice", "long-v12", "long-foreign", "tilde", "path-id", "collide")
-                      if not (3 in KNOWN_OPEN_DEFECTS and k in ("invoice", "long-foreign"))
-                      and not (6 in KNOWN_OPEN_DEFECTS and k == "tilde")
-                      and not (7 in KNOWN_OPEN_DEFECTS and k == "path-id"))
-NAME_LENGTHS = tuple(n for n in (255, 254, 237, 236, 229, 200, 120) if not (3 in KNOWN_OPEN_DEFECTS and n > 229))
+#: what the generators draw from (each of issue 24's defects 1-8 is reachable from these)
+CLIENT_IDS = SHORT_IDS + (LONG_ID,)
+FOREIGN_KINDS = ("v12", "v12", "invoice", "long-v12", "long-foreign", "tilde", "path-id", "collide")
+NAME_LENGTHS = (255, 254, 237, 236, 229, 200, 120)
 
 
 class Defect(AssertionError):
@@ -304,9 +294,7 @@ class APIModel(RuleBasedStateMachine):
         self.subs: dict[str, SubscriptionModel] = {}
         self.all_clients: list[ClientModel] = []
         self.failed_processes: list[ClientProcess] = []  # connect failed: kept alive (a leaked lock shows)
-        self.dead_holders: set[str] = set()  # client ids killed while holding unacked messages
         self.torn_boxes: set[str] = set()  # boxes where a killed send may have left a torn file
-        self.incoming_names: set[tuple[str, str]] = set()  # (topic, name) dropped into .incoming/
         self.clients_junk: set[str] = set()  # client ids with a third party's entry in dropboxmq/clients/
         self.evil_topics: set[str] = set()
         self.symlinked_queues: set[str] = set()
@@ -490,7 +478,6 @@ class APIModel(RuleBasedStateMachine):
                 e.allowed |= {("target", n) for _, n in held}
                 if held:
                     e.owed_by, e.owed_incarnation = client.client_id, client.incarnation
-                    self.dead_holders.add(client.client_id)
         for sub in self.subs.values():
             if sub.owner == client.client_id and sub.kind in NON_DURABLE_KINDS:
                 sub.certain = False
@@ -598,8 +585,6 @@ class APIModel(RuleBasedStateMachine):
     @precondition(lambda self: len(self.live_clients()) < 3)
     @rule(target=clients, client_id=st.sampled_from(CLIENT_IDS))
     def start_client(self, client_id: str):
-        if 2 in KNOWN_OPEN_DEFECTS and client_id in self.dead_holders:
-            return multiple()
         held = any(c.client_id == client_id for c in self.live_clients())
         proc = ClientProcess(self.root, client_id)
         reply = proc.call({"op": "connect"})
@@ -1180,10 +1165,6 @@ class APIModel(RuleBasedStateMachine):
             name = names[0]
         else:
             name = self.foreign_name(kind, length)
-        if 3 in KNOWN_OPEN_DEFECTS and codec.with_delivery_count(name, MAX_ATTEMPTS + 1) == name:
-            return
-        if 1 in KNOWN_OPEN_DEFECTS and to_topic and (topic, name) in self.incoming_names:
-            return
         token = self.token()
         (self.root / box / "target").mkdir(parents=True, exist_ok=True)
         for d in STATES:
@@ -1197,8 +1178,6 @@ class APIModel(RuleBasedStateMachine):
         finally:
             tmp.unlink()
         FIGURES.foreign_drops += 1
-        if to_topic:
-            self.incoming_names.add((topic, name))
         with_count = codec.with_delivery_count(name, 1) != name
         e = Entry(box, token, {("target", 0)}, count_in_name=with_count)
         self.entries[e.key] = e
@@ -1234,7 +1213,6 @@ class APIModel(RuleBasedStateMachine):
         else:
             path.mkdir()
 
-    @precondition(lambda self: 5 not in KNOWN_OPEN_DEFECTS)
     @rule(topic=st.sampled_from(TOPICS))
     def plant_unparsable_subscription(self, topic: str):
         """Another program's subscription whose selector does not parse: publishes to the other
@@ -1247,7 +1225,6 @@ class APIModel(RuleBasedStateMachine):
                                                        "topic": topic, "selector": "(((", "no_local": False}))
         self.evil_topics.add(topic.replace(".", "/"))
 
-    @precondition(lambda self: 8 not in KNOWN_OPEN_DEFECTS)
     @rule(queue_name=st.sampled_from(("q7", "q8")))
     def symlinked_queue_then_cli_send(self, queue_name: str):
         """A queue directory that is a symlink out of the root: a send must not write outside."""
@@ -1257,7 +1234,6 @@ class APIModel(RuleBasedStateMachine):
             self.symlinked_queues.add(queue_name)
         self.cli("send", queue_name, self.token(), "--create", ok=(0, 1, 2))
 
-    @precondition(lambda self: 10 not in KNOWN_OPEN_DEFECTS)
     @rule(client_id=st.sampled_from(SHORT_IDS))
     def plant_registration_junk(self, client_id: str):
         """A directory where a client id's registration belongs: connecting as that id fails
@@ -1345,8 +1321,8 @@ def main(argv: list[str] | None = None) -> int:
     for d in distinct:
         print("  defect:", d)
     if args.json:
-        args.json.write_text(json.dumps(dict(dataclasses.asdict(figures), seconds=round(elapsed), distinct=distinct,
-                                             known_open_defects=KNOWN_OPEN_DEFECTS), indent=1))
+        args.json.write_text(json.dumps(dict(dataclasses.asdict(figures), seconds=round(elapsed), distinct=distinct),
+                                        indent=1))
     return 1 if distinct else 0
 
 
