@@ -174,7 +174,7 @@ def test_reference_sessions_traces_pass_tlc(tmp_path):
 
 
 BROKEN_ADAPTER = textwrap.dedent('''
-    import os, sys
+    import os, sys, threading
     from dropboxmq_conformance import reference_adapter as ra
     MODE = os.environ["BROKEN_MODE"]
 
@@ -194,8 +194,8 @@ BROKEN_ADAPTER = textwrap.dedent('''
                 s._ack(s._unacked[:upto]); s._unacked = s._unacked[upto:]
                 return {}
             return super().op_acknowledge(req)
-        def listener(self, got, done, count, throw_first):
-            on_message = super().listener(got, done, count, throw_first)
+        def listener(self, *args, **kw):
+            on_message = super().listener(*args, **kw)
             if MODE != "listener-throws":
                 return on_message
             def swallowing(msg):  # the provider treats a listener that threw as one that returned
@@ -204,6 +204,20 @@ BROKEN_ADAPTER = textwrap.dedent('''
                 except RuntimeError:
                     pass
             return swallowing
+        def op_listen(self, req):
+            if MODE != "listener-serial" or not req.get("queues"):
+                return super().op_listen(req)
+            # a hidden session per consumer: their listeners run on two threads at once
+            hidden = [self.conn.create_session(False, ra.AckMode.AUTO_ACKNOWLEDGE) for _ in req["queues"]]
+            got, done, gauge = [], threading.Event(), ra.Gauge()
+            on_message = self.listener(None, got, done, int(req["count"]), False, None,
+                                       float(req.get("hold_ms", 0)) / 1000, gauge)
+            for h, q in zip(hidden, req["queues"]):
+                h.create_consumer(ra.Queue(q)).set_message_listener(on_message)
+            done.wait(float(req.get("timeout_ms", 5000)) / 1000)
+            for h in hidden:
+                h.close()
+            return {"deliveries": list(got), "max_concurrent": gauge.most}
         def op_recover(self, req):
             return {} if MODE == "recover" else super().op_recover(req)
         def op_send(self, req):

@@ -162,6 +162,9 @@ CHECKS: list[Check] = [
           "A MessageListener that throws on its first message, in each acknowledge mode: the message is not lost "
           "(AUTO and DUPS_OK: delivered again, flagged redelivered, at once); the session keeps delivering.",
           ("J-10", "J-11")),
+    Check("session.listener-serial", "adapter",
+          "Two consumers of one AUTO_ACKNOWLEDGE session, each with a listener that works 50 ms per message: "
+          "the session never runs two onMessage calls at once, and delivers every message.", ("J-12",)),
     Check("session.recover", "adapter",
           "recover() redelivers every unacknowledged message, oldest first, with JMSRedelivered and "
           "JMSXDeliveryCount >= 2.", ("J-3", "R-2")),
@@ -312,6 +315,8 @@ FIX: dict[str, str] = {
                                   "consumed (JMS 1.1 §4.5.2), not only up to that message.",
     "session.listener-throws": "When onMessage throws: in AUTO/DUPS_OK put the message back (redelivered) at once; "
                                "in every mode go on delivering the session's next messages.",
+    "session.listener-serial": "Deliver to all the listeners of a session from one thread, one onMessage at a "
+                               "time (JMS 1.1 §4.4.14), not one thread per consumer.",
     "session.recover": "Make recover() put every unacknowledged message back, flagged redelivered, oldest first.",
     "session.transacted-send": "Keep transacted sends in working/ until commit; delete them on rollback.",
     "session.transacted-receive": "Acknowledge transacted receives at commit; return them (redelivered) on rollback.",

@@ -247,11 +247,12 @@ def default_manifests() -> list[Path]:
 
 
 def shipped_manifests() -> list[Path]:
-    """Every manifest the package ships: the embedded default, then ActiveMQ, the Spark jobs and
-    Celery's producer and worker (run only when named: they need a JDK with ActiveMQ's jars, or
-    the spark or celery extra)."""
+    """Every manifest the package ships: the embedded default, then ActiveMQ and the defective
+    JMS providers built on it, the Spark jobs and Celery's producer and worker (run only when
+    named: they need a JDK with ActiveMQ's jars, or the spark or celery extra)."""
     base = impls_dir()
-    extra = sorted(base.glob("activemq/*.toml")) + sorted((base.parent / "spark").glob("*.toml"))
+    extra = sorted(base.glob("activemq/*.toml")) + sorted(base.glob("defective_jms/*.toml"))
+    extra += sorted((base.parent / "spark").glob("*.toml"))
     extra += sorted((base.parent / "celery").glob("*.toml"))
     return default_manifests() + extra
 

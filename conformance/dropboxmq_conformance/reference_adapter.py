@@ -15,6 +15,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from dropboxmq.errors import (
@@ -54,6 +55,23 @@ def _message(msg) -> dict:
     return {"id": msg.message_id, "body": body, "redelivered": bool(msg.redelivered),
             "delivery_count": int(msg.delivery_count), "priority": msg.priority,
             "properties": {k: p.value for k, p in msg.properties.items()}}
+
+
+class Gauge:
+    """How many listener calls run at once, and the most there ever were."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = self.most = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
 
 
 class Adapter:
@@ -133,13 +151,19 @@ class Adapter:
         return {"message": None if msg is None else _message(msg)}
 
     def listener(self, session, got: list, done: threading.Event, count: int, throw_first: bool,
-                 finish: str | None):
-        """The MessageListener of op_listen: records each delivery, throws on the first; at the
-        count-th it acknowledges or commits (from the listener: the session is the listener's)."""
+                 finish: str | None, hold: float = 0.0, gauge: "Gauge | None" = None):
+        """The MessageListener of op_listen: records each delivery, holds it ``hold`` s, throws on
+        the first; at the count-th it acknowledges or commits (from the listener: the session is
+        the listener's)."""
+        gauge = gauge or Gauge()
+
         def on_message(msg) -> None:
+            gauge.enter()
             self.received[msg.message_id] = msg
             got.append(_message(msg))
             try:
+                if hold:
+                    time.sleep(hold)  # the listener's own work: a second concurrent call would overlap it
                 if throw_first and len(got) == 1:
                     raise RuntimeError("the conformance listener fails its first message")
                 if len(got) == count and finish == "acknowledge":
@@ -147,20 +171,26 @@ class Adapter:
                 elif len(got) == count and finish == "commit":
                     session.commit()
             finally:
+                gauge.leave()
                 if len(got) >= count:
                     done.set()
         return on_message
 
     def op_listen(self, req: dict) -> dict:
         s = self._session(req)
-        c = s.create_consumer(self._dest(req))
+        dests = [Queue(q) for q in req["queues"]] if req.get("queues") else [self._dest(req)]
         got: list[dict] = []
         done = threading.Event()
-        c.set_message_listener(self.listener(s, got, done, int(req.get("count", 1)), bool(req.get("throw_on_first")),
-                                             req.get("finish")))
+        gauge = Gauge()
+        on_message = self.listener(s, got, done, int(req.get("count", 1)), bool(req.get("throw_on_first")),
+                                   req.get("finish"), float(req.get("hold_ms", 0)) / 1000, gauge)
+        consumers = [s.create_consumer(d) for d in dests]
+        for c in consumers:
+            c.set_message_listener(on_message)
         done.wait(float(req.get("timeout_ms", 5000)) / 1000)
-        c.close()
-        return {"deliveries": list(got)}
+        for c in consumers:
+            c.close()
+        return {"deliveries": list(got), "max_concurrent": gauge.most}
 
     def op_close_consumer(self, req: dict) -> dict:
         self.consumers.pop(req["consumer"]).close()

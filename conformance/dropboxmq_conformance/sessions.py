@@ -134,6 +134,29 @@ def _receive_up_to(a: Adapter, n: int, **where) -> list[Any]:
     return got
 
 
+FENCE = "conformance-fence"
+
+
+def _none_unacknowledged(a: Adapter, queue: str, what: str, why: str = "") -> None:
+    """After the session that consumed ``queue`` closed: nothing it left unacknowledged comes
+    back.  Decided by a fence, not by waiting for an absence (ActiveMQ redelivers after
+    recover() only after a 1 s delay, longer than ABSENT_MS): the session's close returned what
+    it had not acknowledged, so a message sent now is delivered after those."""
+    p = a.ok("session", ack_mode="auto")["session"]
+    a.ok("send", session=p, queue=queue, body=FENCE)
+    left: list[str] = []
+    while True:
+        m = a.ok("receive", session=p, queue=queue, timeout_ms=DELIVER_MS)["message"]
+        _expect(m is not None, f"a message sent to {queue} (a fence) was not delivered within {DELIVER_MS} ms")
+        if m["body"] == FENCE:
+            break
+        left.append(m["body"])
+    if (late := a.ok("receive", session=p, queue=queue, timeout_ms=ABSENT_MS)["message"]) is not None:
+        left.append(late["body"])
+    a.ok("close_session", session=p)
+    _expect(not left, f"{what}, {left} were still unacknowledged (returned once the session closed){why}")
+
+
 def s_auto(a: Adapter, root: Path | None) -> str:
     s = a.ok("session", ack_mode="auto")["session"]
     for b in ("a1", "a2"):
@@ -163,6 +186,7 @@ def s_client(a: Adapter, root: Path | None) -> str:
     again = a.ok("receive", session=s, queue="QCLI", timeout_ms=ABSENT_MS)["message"]
     _expect(again is None, f"recover() after acknowledge() redelivered {again and again.get('body')!r}")
     a.ok("close_session", session=s)
+    _none_unacknowledged(a, "QCLI", "after acknowledge() and recover()")
     return "one acknowledge() acknowledged all 3 consumed messages (recover() redelivered none)"
 
 
@@ -179,6 +203,8 @@ def s_client_earlier(a: Adapter, root: Path | None) -> str:
     _expect(again is None, f"after acknowledge() on the first message, recover() redelivered "
             f"{again and again.get('body')!r}: it acknowledged only up to the message it was called on")
     a.ok("close_session", session=s)
+    _none_unacknowledged(a, "QCLE", "after acknowledge() on the first message and recover()",
+                         ": it acknowledged only up to the message it was called on")
     return "acknowledge() on the first of 3 messages acknowledged all 3"
 
 
@@ -230,6 +256,29 @@ def s_listener(a: Adapter, root: Path | None) -> str:
         raise ShouldBroken("J-11", "; ".join(late))
     return ("in every acknowledge mode the session kept delivering after the listener threw; AUTO and DUPS_OK "
             "redelivered the message at once, flagged")
+
+
+def s_listener_serial(a: Adapter, root: Path | None) -> str:
+    """Two consumers of one session, each listener call held 50 ms: never two at once (J-12)."""
+    queues = ["QSER1", "QSER2"]
+    p = a.ok("session", ack_mode="auto")["session"]
+    for q in queues:
+        for i in range(3):
+            a.ok("send", session=p, queue=q, body=f"{q}-{i}")
+    a.ok("close_session", session=p)
+    s = a.ok("session", ack_mode="auto")["session"]
+    resp = a.req("listen", session=s, queues=queues, count=6, hold_ms=50, timeout_ms=DELIVER_MS)
+    if resp.get("error") == "unknown_op" or (resp.get("ok") and "max_concurrent" not in resp):
+        raise NotPlayed("the adapter's listen operation has no 'queues' / 'max_concurrent' (README: the adapter "
+                        "protocol)")
+    _expect(bool(resp.get("ok")), f"listen failed: {resp.get('error')}: {resp.get('message')}")
+    bodies = sorted(m["body"] for m in resp["deliveries"])
+    a.ok("close_session", session=s)
+    most = resp["max_concurrent"]
+    _expect(most <= 1, f"the session ran {most} onMessage calls at once (its two consumers' listeners overlapped)")
+    _expect(bodies == sorted(f"{q}-{i}" for q in queues for i in range(3)),
+            f"the session's two listeners got {bodies}, not the 6 messages of their queues")
+    return "6 messages to the listeners of two consumers of one session, one onMessage at a time"
 
 
 def s_recover(a: Adapter, root: Path | None) -> str:
@@ -380,6 +429,7 @@ SESSION_CHECKS: list[tuple[str, Callable, tuple[str, ...], str]] = [
     ("session.client-ack-all", s_client, (), "1.1"),
     ("session.client-ack-earlier", s_client_earlier, (), "1.1"),
     ("session.listener-throws", s_listener, (), "1.1"),
+    ("session.listener-serial", s_listener_serial, (), "1.1"),
     ("session.recover", s_recover, (), "1.1"),
     ("session.transacted-send", s_tx_send, (), "1.1"),
     ("session.transacted-receive", s_tx_receive, (), "1.1"),

@@ -24,6 +24,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import javax.jms.Connection;
 import javax.jms.ConnectionFactory;
@@ -36,6 +37,7 @@ import javax.jms.InvalidSelectorException;
 import javax.jms.JMSException;
 import javax.jms.Message;
 import javax.jms.MessageConsumer;
+import javax.jms.MessageListener;
 import javax.jms.MessageProducer;
 import javax.jms.Session;
 import javax.jms.TextMessage;
@@ -129,7 +131,7 @@ public final class JmsAdapter {
                 case "close_consumer": consumer(req).close(); consumers.remove(str(req, "consumer", "")); break;
                 case "unsubscribe": session(req).unsubscribe(str(req, "name", "")); break;
                 case "acknowledge": acknowledge(req); break;
-                case "listen": out.put("deliveries", listen(req)); break;
+                case "listen": out.putAll(listen(req)); break;
                 case "recover": session(req).recover(); break;
                 case "commit": session(req).commit(); break;
                 case "rollback": session(req).rollback(); break;
@@ -254,41 +256,69 @@ public final class JmsAdapter {
         return message(m);
     }
 
-    /** A MessageListener on a new consumer of the queue: records each delivery, throws on the
-     *  first one when asked, until "count" deliveries or "timeout_ms"; then the consumer closes. */
-    List<Object> listen(Map<String, Object> req) throws JMSException {
+    /** A MessageListener on a new consumer of the queue (or one consumer per queue of "queues",
+     *  all in this session): records each delivery, throws on the first one when asked, holds
+     *  each onMessage for "hold_ms", until "count" deliveries or "timeout_ms"; then the consumers
+     *  close.  "max_concurrent" is the most onMessage calls of the session that ran at once. */
+    Map<String, Object> listen(Map<String, Object> req) throws JMSException {
         Session s = session(req);
         String sid = str(req, "session", "s1");
-        MessageConsumer c = s.createConsumer(destination(s, req));
+        List<Destination> dests = new ArrayList<>();
+        if (req.get("queues") instanceof List<?> qs) {
+            for (Object q : qs) dests.add(s.createQueue(String.valueOf(q)));
+        } else {
+            dests.add(destination(s, req));
+        }
         List<Object> got = Collections.synchronizedList(new ArrayList<>());
         int count = (int) num(req, "count", 1);
+        long hold = num(req, "hold_ms", 0);
         boolean throwFirst = bool(req, "throw_on_first");
         String finish = str(req, "finish", "");
         CountDownLatch done = new CountDownLatch(count);
-        c.setMessageListener(m -> {
+        AtomicInteger inside = new AtomicInteger();
+        AtomicInteger most = new AtomicInteger();
+        MessageListener listener = m -> {
+            most.accumulateAndGet(inside.incrementAndGet(), Math::max);
             try {
-                got.add(message(m));
+                int n;
+                synchronized (got) {
+                    got.add(message(m));
+                    n = got.size();
+                }
                 lastReceived.put(sid, m);
                 received.put(m.getJMSMessageID(), m);
-                if (throwFirst && got.size() == 1) throw new RuntimeException("the conformance listener fails its first message");
+                if (hold > 0) Thread.sleep(hold);
+                if (throwFirst && n == 1) throw new RuntimeException("the conformance listener fails its first message");
                 // the session belongs to the listener's thread now: acknowledge or commit from here
-                if (got.size() == count && finish.equals("acknowledge")) m.acknowledge();
-                if (got.size() == count && finish.equals("commit")) s.commit();
+                if (n == count && finish.equals("acknowledge")) m.acknowledge();
+                if (n == count && finish.equals("commit")) s.commit();
             } catch (JMSException e) {
                 throw new RuntimeException(e);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
             } finally {
+                inside.decrementAndGet();
                 done.countDown();
             }
-        });
+        };
+        List<MessageConsumer> cs = new ArrayList<>();
+        for (Destination d : dests) {
+            MessageConsumer c = s.createConsumer(d);
+            cs.add(c);
+            c.setMessageListener(listener);
+        }
         try {
             done.await(num(req, "timeout_ms", 5000), TimeUnit.MILLISECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        c.close();
+        for (MessageConsumer c : cs) c.close();
+        Map<String, Object> out = new LinkedHashMap<>();
         synchronized (got) {
-            return new ArrayList<>(got);
+            out.put("deliveries", new ArrayList<>(got));
         }
+        out.put("max_concurrent", most.get());
+        return out;
     }
 
     private final Map<String, String> sessionOf = new HashMap<>();
