@@ -257,6 +257,7 @@ def test_session_check_fails_against_a_broken_adapter(check, tmp_path):
     rep = runner.run_impl(m, tmp_path / "out", only={check}, tlc=False)
     r = result(rep, check)
     assert r.status == C.grade(C.failed(check, "")).status != C.PASS, (r.summary, r.evidence)
+    assert "Error:" not in r.summary, r.summary  # the defect shows, not a crash of the broken adapter's own code
     raw = next(x for x in rep.raw if x.check == check)
     assert C.grade(raw, "strict").status == C.FAIL  # in the strict profile every session rule is a MUST
 
