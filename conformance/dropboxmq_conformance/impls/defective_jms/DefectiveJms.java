@@ -136,26 +136,42 @@ public final class DefectiveJms implements ConnectionFactory {
             if (!makesConsumer(m)) return NEXT;
             MessageConsumer c = (MessageConsumer) invoke(real, m, a);
             return wrap(m.getReturnType(), c, (cm, ca) -> {
-                if (!cm.getName().startsWith("receive")) return NEXT;
-                Message got = (Message) invoke(c, cm, ca);
-                if (got instanceof ActiveMQMessage am) {
-                    synchronized (held) {
-                        held.add(new Held(am, am.getAcknowledgeCallback()));
-                    }
-                    am.setAcknowledgeCallback(() -> {  // the defect: up to this message, not all
-                        synchronized (held) {
-                            if (held.stream().noneMatch(h -> h.message() == am)) return;
-                            while (!held.isEmpty()) {
-                                Held h = held.remove(0);
-                                h.ackThisOne().execute();
-                                if (h.message() == am) break;
-                            }
+                if (cm.getName().equals("setMessageListener") && ca[0] != null) {
+                    MessageListener l = (MessageListener) ca[0];
+                    c.setMessageListener(msg -> {
+                        try {
+                            l.onMessage(ackUpTo(held, msg));
+                        } catch (RuntimeException e) {
+                            // CLIENT_ACKNOWLEDGE (JMS 1.1 §4.5.2): the next message comes, this one stays
+                            // unacknowledged; INDIVIDUAL_ACKNOWLEDGE underneath would redeliver it
                         }
                     });
+                    return null;
                 }
-                return got;
+                if (!cm.getName().startsWith("receive")) return NEXT;
+                return ackUpTo(held, (Message) invoke(c, cm, ca));
             });
         });
+    }
+
+    /** ``got`` (a message the session consumed), its acknowledge() made to go up to it. */
+    static Message ackUpTo(List<Held> held, Message got) {
+        if (got instanceof ActiveMQMessage am) {
+            synchronized (held) {
+                held.add(new Held(am, am.getAcknowledgeCallback()));
+            }
+            am.setAcknowledgeCallback(() -> {  // the defect: up to this message, not all
+                synchronized (held) {
+                    if (held.stream().noneMatch(h -> h.message() == am)) return;
+                    while (!held.isEmpty()) {
+                        Held h = held.remove(0);
+                        h.ackThisOne().execute();
+                        if (h.message() == am) break;
+                    }
+                }
+            });
+        }
+        return got;
     }
 
     // ------------------------------------------------------------------ ack-before-listener
