@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian packages the fault-injection, power-loss and database tests and the JMS adapter's ActiveMQ run need (CI is root).
 APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java
 
-.PHONY: setup system-deps run conformance conformance-spark conformance-celery test spec spec-deep bench stress stress-smoke clean
+.PHONY: setup system-deps run conformance conformance-spark conformance-celery conformance-jms test spec spec-deep bench stress stress-smoke clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ conformance: setup  ## the conformance suite; IMPL=path/to/manifest.toml (or a s
 conformance-spark: setup  ## Spark jobs under the suite: the data source's producer and consumer pass, Spark's own text writer and file stream source are caught
 	$(DMQ) conformance run --impl spark-producer --impl spark-consumer --impl spark-text-writer --impl spark-file-stream \
 	  --out $(REPORTS)/conformance-spark --html $(REPORTS)/conformance-spark.html --junit $(REPORTS)/conformance-spark.xml
+
+conformance-jms: setup  ## JMS providers through the Java adapter: ActiveMQ passes, the defective wrappers over it are caught by the checks aimed at them (needs make system-deps)
+	$(DMQ) conformance run --impl activemq --impl defective-jms-ack-before-listener --impl defective-jms-per-message-ack \
+	  --impl defective-jms-concurrent-listeners --out $(REPORTS)/conformance-jms --html $(REPORTS)/conformance-jms.html \
+	  --junit $(REPORTS)/conformance-jms.xml
 
 conformance-celery: setup  ## Celery's producer and worker on the dropboxmq:// kombu transport under the suite
 	$(DMQ) conformance run --impl celery-producer --impl celery-worker \
