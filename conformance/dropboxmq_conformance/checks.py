@@ -163,7 +163,7 @@ CHECKS: list[Check] = [
           "(AUTO and DUPS_OK: delivered again, flagged redelivered, at once); the session keeps delivering.",
           ("J-10", "J-11")),
     Check("session.listener-serial", "adapter",
-          "Two consumers of one AUTO_ACKNOWLEDGE session, each with a listener that works 50 ms per message: "
+          "Two consumers of one AUTO_ACKNOWLEDGE session, each with a listener that works 100 ms per message: "
           "the session never runs two onMessage calls at once, and delivers every message.", ("J-12",)),
     Check("session.recover", "adapter",
           "recover() redelivers every unacknowledged message, oldest first, with JMSRedelivered and "

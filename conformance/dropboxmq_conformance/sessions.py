@@ -259,7 +259,8 @@ def s_listener(a: Adapter, root: Path | None) -> str:
 
 
 def s_listener_serial(a: Adapter, root: Path | None) -> str:
-    """Two consumers of one session, each listener call held 50 ms: never two at once (J-12)."""
+    """Two consumers of one session, each listener call held 100 ms (3 per consumer: a 300 ms window for a second
+    thread to show): never two at once (J-12)."""
     queues = ["QSER1", "QSER2"]
     p = a.ok("session", ack_mode="auto")["session"]
     for q in queues:
@@ -267,7 +268,7 @@ def s_listener_serial(a: Adapter, root: Path | None) -> str:
             a.ok("send", session=p, queue=q, body=f"{q}-{i}")
     a.ok("close_session", session=p)
     s = a.ok("session", ack_mode="auto")["session"]
-    resp = a.req("listen", session=s, queues=queues, count=6, hold_ms=50, timeout_ms=DELIVER_MS)
+    resp = a.req("listen", session=s, queues=queues, count=6, hold_ms=100, timeout_ms=DELIVER_MS)
     if resp.get("error") == "unknown_op" or (resp.get("ok") and "max_concurrent" not in resp):
         raise NotPlayed("the adapter's listen operation has no 'queues' / 'max_concurrent' (README: the adapter "
                         "protocol)")
