@@ -86,3 +86,20 @@ def test_every_recorded_12_trace_replays(trace):
     res = R.replay(records, purge=False)
     assert res.violation is None or res.violation.by_helper, res.violation and res.violation.reason
     assert res.events > 0
+
+
+def test_a_12_style_publisher_filing_record_copies_passes_every_publisher_check(tmp_path):
+    """No trace of a real 1.2 publish was recorded (the fixtures hold queue sends and consumes):
+    impls/shell/publish12.sh (v12-style's publisher) publishes as 1.2 does, fan-out plus a record copy per publish in the
+    topic's .incoming/ (working/ -> processed/), and the whole publisher scenario, the replay
+    included, accepts it (issue 25: model.replay failed every real 1.2 publisher)."""
+    m = M.load(SHELL / "v12-style.toml")  # its publish command is publish12.sh
+    checks = {c.id for c in C.CHECKS if c.role == "publish"} | {"model.replay"}
+    rep = runner.run_impl(m, tmp_path / "out", only=checks, tlc=False)
+    assert rep.error is None
+    for r in rep.results:
+        if r.check in checks:
+            assert r.status == C.PASS, (r.check, r.summary, r.evidence)
+    trace = [json.loads(x) for x in (tmp_path / "out" / "v12-style" / "publish" / "trace.jsonl").read_text().splitlines()]
+    records = [r for r in trace if r.get("op") == "rename" and "/.incoming/processed/" in r.get("dst", "")]
+    assert records and all("/.incoming/working/" in r["src"] for r in records)
