@@ -47,6 +47,9 @@ def _session(partitions: int):
 
     spark = (SparkSession.builder.master(f"local[{partitions}]").appName("dropboxmq-spark-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             # a Python process Spark starts (a query's source runner) may take longer than the
+             # default 15 s to connect back on a machine loaded by other jobs
+             .config("spark.python.authenticate.socketTimeout", "180s")
              .config("spark.sql.shuffle.partitions", str(partitions))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
