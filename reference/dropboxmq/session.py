@@ -16,7 +16,6 @@ Every file move is a ``store.Dropbox.move`` of a ``lifecycle.Move``.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import difflib
 import enum
@@ -24,7 +23,6 @@ import errno
 import functools
 import logging
 import os
-import random
 import threading
 import time
 import uuid
@@ -33,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, Union
 
 from . import claims, codec, ids, layout, retention, topics
-from .decision import ClaimSettings, Verdict, decide
+from .claim import Claim, Claimer
+from .decision import ClaimSettings
 from .clients import Registration
 from .errors import IllegalStateError, InvalidDestinationError, QueueNotFoundError, RootNotFoundError, StoreError
 from .lifecycle import Move, State
@@ -865,12 +864,6 @@ class MessageProducer:
                 sync_many((box, State.NEW) for box, _ in durable_copies)
 
 
-def _store_error_of(action: str, name: str, exc: OSError) -> StoreError:
-    err = StoreError(f"cannot {action} {name}: {exc.strerror or exc}")
-    err.errno = exc.errno  # type: ignore[attr-defined]
-    return err
-
-
 def _size(body: object) -> int:
     return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
 
@@ -943,104 +936,6 @@ def body_of(msg: Message) -> "Body":
 # ---------------------------------------------------------------- consumer side
 
 
-class _Scanner:
-    """Which name to try next: the names of the last listing of ``target/``, in delivery order.
-
-    A fresh listing is taken when the walk reaches its end or ``scan_interval`` passed
-    (scaled by how long a listing takes: at most a tenth of the time goes to listing), so
-    newly arrived higher-priority messages overtake the backlog within one scan interval
-    and a listing's cost is shared by every message it found.
-    """
-
-    def __init__(self, box: Dropbox, settings: Settings):
-        self.box = box
-        self.settings = settings
-        self._walk: list[str] = []  # the listing in delivery order, less the skipped names
-        self._pos = 0  # the next name of the walk to try
-        self._fresh_until = -1e9  # monotonic time after which the listing is taken again
-        # codec.sort_rank of every listed name, so that a relisting keys only the new names (one
-        # int a name, not a tuple: a 1M backlog's keys cost ~50 MB instead of ~120 MB)
-        self._ranks: dict[str, int] = {}
-        self._order: list[str] = []  # every name of the last listing, in delivery order
-        self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
-        self.registered: frozenset[int] = frozenset()  # inodes of the claim register (claims.py)
-
-    @property
-    def names_listed(self) -> int:
-        """Names in the last listing of target/ (what a relisting costs)."""
-        return len(self._ranks)
-
-    @property
-    def walk_length(self) -> int:
-        """Names the last listing gave to try, at most one claim each, before the next listing."""
-        return len(self._walk)
-
-    def invalidate(self) -> None:
-        self._walk, self._pos = [], 0
-
-    def lost_race(self) -> None:
-        """A competing consumer claimed the name just tried: it is working through the same
-        listing in the same order, so following it name by name would lose every race.  Jump
-        to a random place among the remaining names of the same priority instead; names
-        jumped over stay for the others or the next listing.  (A lone consumer never loses
-        a race, so its order is untouched.)"""
-        walk, lo = self._walk, self._pos
-        if lo >= len(walk):
-            return
-        ranks, priority_of = self._ranks, codec.rank_priority
-        hi = bisect.bisect_right(walk, priority_of(ranks[walk[lo]]), lo=lo, key=lambda n: priority_of(ranks[n]))
-        if hi - lo > 1:
-            self._pos = random.randrange(lo, hi)
-
-    def relist(self) -> None:
-        """List target/ and walk it from the head.  Only names new since the last listing are
-        ranked and sorted; they are merged into the kept order (timsort merges two sorted
-        runs in linear time), so a relisting of a large backlog costs O(listing), not
-        O(n log n) rank computations.  Equal ranks (foreign names of one priority) keep the
-        order they were first listed in."""
-        started = time.monotonic()
-        self.registered = claims.registered(self.box)  # (before the listing: no entry is missed)
-        names = self.box.list(State.NEW)
-        ranks = self._ranks
-        listed = set(names)
-        del names
-        gone = ranks.keys() - listed
-        for n in gone:
-            del ranks[n]
-        fresh = sorted(listed.difference(ranks))  # by name first: equal ranks in name order
-        del listed
-        rank = codec.sort_rank
-        for n in fresh:
-            ranks[n] = rank(n)
-        fresh.sort(key=ranks.__getitem__)
-        order = [n for n in self._order if n in ranks] if gone else self._order
-        if fresh:
-            order = order + fresh if order else fresh
-            if len(order) > len(fresh):
-                order.sort(key=ranks.__getitem__)
-        self._order = order
-        if self.skip:
-            self.skip &= ranks.keys()
-            order = [n for n in order if n not in self.skip]
-        self._walk, self._pos = order, 0
-        listed_at = time.monotonic()
-        # a tenth of the time at most goes to listing; a new high priority waits one scan interval
-        self._fresh_until = listed_at + max(self.settings.scan_interval, 10 * (listed_at - started))
-
-    def next(self) -> str | None:
-        walk = self._walk
-        if self._pos >= len(walk) or time.monotonic() > self._fresh_until:
-            self.relist()
-            walk = self._walk
-        skip = self.skip
-        while self._pos < len(walk):
-            name = walk[self._pos]
-            self._pos += 1
-            if name not in skip:
-                return name
-        return None
-
-
 def parse_selector(text: str | None) -> "Selector | None":
     return selector_for(text) if text and text.strip() else None
 
@@ -1063,15 +958,19 @@ class MessageConsumer:
         self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
-        # the claim policy (decision.decide); a selector here on queues only: topics filter at fan-out
-        self._policy = ClaimSettings(selector_obj, session.settings.max_delivery_attempts)
+        # the claim step, shared with the Spark source; the policy (decision.decide) has a
+        # selector here on queues only: topics filter at fan-out.  The clocks are this module's
+        # now_ms and time, looked up at each call (tests shift them)
+        self._claimer = Claimer(self.box, session.connection.client_id,
+                                ClaimSettings(selector_obj, session.settings.max_delivery_attempts),
+                                session.settings.scan_interval, clock=lambda: now_ms(),
+                                monotonic=lambda: time.monotonic())
         self._subscription: topics.Subscription | None = None
         self._attachment: topics.Attachment | None = None
-        self._scanner = _Scanner(box, session.settings)
+        self._scanner = self._claimer.scanner  # invalidated when the session redelivers
         self._listener: Callable[[Message], Any] | None = None
         self._closed = False
         self._last_recovery = -1e9
-        self._deferred: dict[str, int] = {}  # names with a future delivery time or retry -> ms
         settings = session.settings
         self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
         self.redelivery_backoff = settings.redelivery_backoff
@@ -1104,9 +1003,7 @@ class MessageConsumer:
     def next_retry_in(self) -> float | None:
         """Seconds until a message this consumer holds back (redelivery backoff, delivery
         delay) is due again; None when it holds none back."""
-        if not self._deferred:
-            return None
-        return max(0.0, (min(self._deferred.values()) - now_ms()) / 1000)
+        return self._claimer.next_retry_in()
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
         self._check_receive()
@@ -1179,8 +1076,7 @@ class MessageConsumer:
         if self.redelivery_delay <= 0:
             return
         delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
-        self._deferred[name] = now_ms() + int(delay * 1000)
-        self._scanner.skip.add(name)
+        self._claimer.hold_back(name, now_ms() + int(delay * 1000))
 
     def _check_receive(self) -> None:
         self.session._check_open()
@@ -1200,65 +1096,17 @@ class MessageConsumer:
             if self.session.settings.retention is not None:
                 retention.prune(self.box, ["processed", "expired"], self.session.settings.retention,
                                 root=self.session.connection.root)
-        scanner = self._scanner
-        if self._deferred:  # delayed messages whose delivery time has come are eligible again
-            now = now_ms()
-            due = [n for n, t in self._deferred.items() if t <= now]
-            for n in due:
-                del self._deferred[n]
-                scanner.skip.discard(n)
-            if due:
-                scanner.invalidate()
-        while (name := scanner.next()) is not None:
-            d = self._try_claim(name, read_body)
+        while (claim := self._claimer.claim_next()) is not None:
+            d = self._deliver(claim, read_body)
             if d is not None:
                 return d
         return None
 
-    def _try_claim(self, name: str, read_body: bool = True) -> Delivery | None:
-        """Execute decision.decide's verdict on ``name``: one lifecycle move each."""
-        box, scanner = self.box, self._scanner
-        now = now_ms()
-        # a name that cannot carry its delivery count has it in the claim register
-        entry = claims.lookup(box, State.NEW, name, scanner.registered) if scanner.registered else None
-        attempted = 0 if entry is None else entry.count
-        verdict, header, count, claimed, until, dead_letter = decide(name, now, self._policy, attempted)
-        if verdict is not Verdict.CLAIM:
-            if verdict is Verdict.EXPIRE:
-                box.move(Move.EXPIRE, State.NEW, name)
-            else:  # SKIP: a name never changes, it will never match; DEFER: not before `until`
-                if verdict is Verdict.DEFER:
-                    self._deferred[name] = until
-                scanner.skip.add(name)
-            return None
-        try:
-            try:
-                pname = claims.claim_name(box, self.session.connection.client_id, name, claimed, count,
-                                          entry is not None)
-            except FileNotFoundError:
-                pname = ""  # claimed by another consumer before we could register it
-            except claims.StaleCount:
-                scanner.invalidate()  # the next walk lists the register again and reads the count
-                return None
-            except OSError as exc:
-                raise _store_error_of("register the claim of", name, exc) from exc
-            if not pname or not box.move(Move.CLAIM, State.NEW, name, pname):
-                scanner.lost_race()
-                return None  # lost the race: normal, silent
-        except StoreError as exc:
-            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise  # the whole store is affected (nothing moved): tell the caller
-            log.warning("cannot claim %s, skipping it: %s", name, exc)
-            scanner.skip.add(name)
-            return None
-        if entry is not None and claims.alias_inode(pname) is None:
-            claims.forget(box, box.stat(State.DELIVERED, pname).st_ino)  # the count is in the name now
-        if dead_letter:
-            log.warning("%s delivered %d times: dead-lettered to error/",
-                        header.message_id if header is not None else name, count - 1)
-            claims.finish(box, Move.DEAD_LETTER, pname)
-            return None
-        assert header is not None  # decide() decodes every name it claims
+    def _deliver(self, claim: Claim, read_body: bool = True) -> Delivery | None:
+        """The delivery of a message just claimed: its body read (or opened); an unreadable
+        one is quarantined to error/ (None)."""
+        box = self.box
+        pname, claimed, header = claim
         body_file = None
         try:
             if read_body:
@@ -1266,7 +1114,7 @@ class MessageConsumer:
             else:
                 body_file = box.open_body(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
-            log.warning("unreadable message %s quarantined to error/: %s", name, exc)
+            log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
             try:
                 claims.finish(box, Move.DEAD_LETTER, pname)
             except StoreError:

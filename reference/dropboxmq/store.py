@@ -155,7 +155,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _store_error(action: str, path: str, exc: OSError) -> StoreError:
+def store_error(action: str, path: str, exc: OSError) -> StoreError:
     reason = {
         errno.ENOSPC: "no space left on device",
         errno.EDQUOT: "disk quota exceeded",
@@ -337,7 +337,7 @@ class Dropbox:
                     raise
                 fd = os.open(path, _O_CREATE, 0o644)
         except OSError as exc:
-            raise _store_error("create", path, exc) from exc
+            raise store_error("create", path, exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 _write_all(fd, body)
@@ -348,7 +348,7 @@ class Dropbox:
         except OSError as exc:
             os.close(fd)
             _unlink_quietly(path)
-            raise _store_error("write", path, exc) from exc
+            raise store_error("write", path, exc) from exc
         os.close(fd)
 
     # --- every rename of the table
@@ -379,7 +379,7 @@ class Dropbox:
             except FileNotFoundError:
                 return False
             except OSError as exc:
-                raise _store_error("delete", src, exc) from exc
+                raise store_error("delete", src, exc) from exc
             return True
         if destination not in plain:
             self._check_plain(destination)
@@ -410,7 +410,7 @@ class Dropbox:
             raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
                              f"{self.file(destination, dst_name)} already exists") from None
         except OSError as exc:
-            raise _store_error(move.name.lower(), self.file(source, name), exc) from exc
+            raise store_error(move.name.lower(), self.file(source, name), exc) from exc
         if durable:
             self.sync(destination)
         return True
@@ -440,7 +440,7 @@ class Dropbox:
             except FileNotFoundError:
                 return False
             except OSError as exc:
-                raise _store_error(what, src, exc) from exc
+                raise store_error(what, src, exc) from exc
         raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
@@ -849,7 +849,7 @@ def sync_files(root: Path | str, paths: list[str], own_bytes: int) -> str:
     try:
         _sync_by(method, root, paths)
     except OSError as exc:
-        raise _store_error(method, exc.filename or str(root), exc) from exc
+        raise store_error(method, exc.filename or str(root), exc) from exc
     return method
 
 

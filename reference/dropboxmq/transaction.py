@@ -221,6 +221,39 @@ class TransactionLog:
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
 
+    def record_many(self, kind: str, files: list[tuple[Dropbox, str]], size: int = 0) -> None:
+        """:meth:`record` for many (dropbox, name) in one write (``size``: their bodies' bytes
+        in all): a bulk send logs a batch before it creates any of its files."""
+        self._append([LogEntry(kind, self._relative(box), name) for box, name in files], size)
+
+    def record_entries(self, entries: list[LogEntry]) -> None:
+        """Append entries read from other logs (a Spark job gathering its tasks' logs) in one write."""
+        self._append(entries, 0)
+
+    def _relative(self, box: Dropbox) -> str:
+        key = str(box.path)
+        rel = self._rel.get(key)
+        if rel is None:
+            rel = self._rel[key] = os.path.relpath(key, self.root)
+        return rel
+
+    def _append(self, entries: list[LogEntry], size: int) -> None:
+        if not entries:
+            return
+        self.open()
+        assert self._fd is not None
+        data = "".join(e.to_json() + "\n" for e in entries).encode("utf-8")
+        written = os.write(self._fd, data)
+        while written < len(data):  # (a regular file takes the whole write; a full disk raises)
+            written += os.write(self._fd, data[written:])
+        self._sent_bytes += size
+        self.entries.extend(entries)
+
+    @property
+    def path(self) -> Path:
+        """Where the log is while its transaction is open (associated/)."""
+        return self.store.path(_L.ASSOCIATED, self.name)
+
     def close(self, sync: bool) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
