@@ -519,9 +519,9 @@ def _print_message(msg, as_json: bool, state: str = "processing") -> None:
 
 def _check_selector(selector: str | None) -> None:
     """Parse the selector before touching the root, so a typo costs nothing."""
-    from .session import parse_selector
+    from .selector import selector_for
 
-    parse_selector(selector)  # InvalidSelectorError: one line, exit 1
+    selector_for(selector)  # InvalidSelectorError: one line, exit 1
 
 
 def _delimiter(ctx, param, value: str | None) -> bytes | None:
@@ -978,12 +978,12 @@ def browse(ctx, queue, state, selector, limit, as_json) -> None:
     """
     from . import layout
     from .operations import messages_in
-    from .session import parse_selector
+    from .selector import selector_for
 
     _check_selector(selector)
     dest = _known_queue(ctx, queue, create=False)
     if state != State.NEW.value:
-        matches = parse_selector(selector)
+        matches = selector_for(selector)
         box = layout.queue_box(require_root(ctx), dest)
         shown = 0
         for stored in messages_in(box, State(state)):

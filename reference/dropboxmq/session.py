@@ -20,7 +20,6 @@ import contextlib
 import difflib
 import enum
 import errno
-import functools
 import logging
 import os
 import threading
@@ -48,19 +47,19 @@ from .message import (
     TextMessage,
     Topic,
 )
-from .recovery import reclaim_dead_owners, reclaim_own_leftovers
+from .recovery import finish_dead_commits, reclaim_dead_owners, reclaim_own_leftovers, recover_owner
 from .store import Dropbox, NotARegularFile, check_file_system, sync_files, sync_many
-from .transaction import TransactionLog, ensure_layout, finish_dead_commits, recover_owner
+from .transaction import TransactionLog, ensure_layout
 
 if TYPE_CHECKING:
     from .selector import Selector
 
 __all__ = [
     "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
-    "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "DELIVERY_COUNT_PROP", "now_ms", "selector_for",
+    "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "DELIVERY_COUNT_PROP", "now_ms",
     "Settings", "to_wire", "from_wire", "Connection", "TemporaryQueue", "TemporaryTopic", "Delivery",
     "Session", "MessageProducer", "temporary_gone", "create_copy", "Body", "as_message", "body_of",
-    "parse_selector", "delete_temporary", "MessageListener", "MessageConsumer",
+    "delete_temporary", "MessageListener", "MessageConsumer",
     "QueueBrowser", "check_root", "missing_queue",
 ]
 
@@ -82,14 +81,6 @@ SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
 DELIVERY_COUNT_PROP = codec.DELIVERY_COUNT
 DELIVERY_TIME_PROP, DELIVERY_MODE_PROP = codec.DELIVERY_TIME_PROP, codec.DELIVERY_MODE_PROP
 to_wire, from_wire, now_ms = codec.to_wire, codec.from_wire, codec.now_ms  # the wire mapping is the codec's
-
-
-@functools.lru_cache(maxsize=256)
-def selector_for(text: str) -> "Selector":
-    """Parsed selectors, cached: a subscription's selector is evaluated at every fan-out."""
-    from .selector import parse
-
-    return parse(text)
 
 
 @dataclass(frozen=True)
@@ -396,7 +387,7 @@ class Session:
         owner = topics.temporary_owner(destination.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
-        selector_obj = parse_selector(selector)
+        selector_obj = _selector(selector)
         box = layout.queue_box(self.connection.root, destination).ensure() if owner is not None \
             else self.connection.queue_box(destination)
         consumer = MessageConsumer(self, box, destination, selector, selector_obj)
@@ -430,7 +421,7 @@ class Session:
         owner = topics.temporary_owner(topic.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
-        selector_obj = parse_selector(selector)  # invalid selector: error before anything is created
+        selector_obj = _selector(selector)  # invalid selector: error before anything is created
         sub, attachment = topics.open_subscription(self.connection, topic, kind, name, selector, no_local)
         consumer = MessageConsumer(self, sub.box, topic, selector, None)
         consumer._subscription, consumer._attachment = sub, attachment
@@ -936,8 +927,13 @@ def body_of(msg: Message) -> "Body":
 # ---------------------------------------------------------------- consumer side
 
 
-def parse_selector(text: str | None) -> "Selector | None":
-    return selector_for(text) if text and text.strip() else None
+def _selector(text: str | None) -> "Selector | None":
+    """The parsed selector, the parser imported only when there is one to parse."""
+    if not text:
+        return None
+    from .selector import selector_for
+
+    return selector_for(text)
 
 
 def delete_temporary(root: Path, dest: Destination) -> None:
@@ -1136,7 +1132,7 @@ class QueueBrowser:
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self._selector = parse_selector(selector)
+        self._selector = _selector(selector)
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()

@@ -123,7 +123,7 @@ from .claim import Claimer
 from .codec import from_wire, now_ms, to_wire
 from .decision import ClaimSettings
 from .recovery import reclaim_dead_owners
-from .session import selector_for
+from .selector import selector_for
 from .log_lifecycle import LogMove, LogState
 from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_files, sync_many
 from .transaction import (
@@ -389,7 +389,7 @@ class DropboxMQBatchReader(DataSourceReader):
                              "(processing, processed, expired, error, working, delayed, all)")
         self.include = include
         sel = options.get("selector")
-        self.selector = selector_for(sel) if sel and sel.strip() else None
+        self.selector = selector_for(sel)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
@@ -844,7 +844,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     raise  # the same checkpoint is in use by a live query
                 time.sleep(0.2)  # a killed predecessor's process may still be exiting
         # claims, acks and redeliveries name files relative to the held state directories
-        selector = selector_for(self.selector_text) if self.selector_text else None
+        selector = selector_for(self.selector_text)
         self._claimer = Claimer(self.box.hold_dirs(), self.client_id, ClaimSettings(selector, self.max_attempts),
                                 self.scan_interval)
         self._commit_what_spark_committed()  # the sink has them: acknowledge

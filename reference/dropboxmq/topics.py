@@ -351,7 +351,7 @@ def _refuse_pending_work(conn: "Connection", sub: Subscription, name: str) -> No
 
 def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client: str | None) -> list[Dropbox]:
     """The subscriptions that get a copy of ``header`` published on ``topic``."""
-    from .session import selector_for
+    from .selector import selector_for
 
     boxes = []
     for t in ancestors(topic):
@@ -370,7 +370,8 @@ def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client:
                 continue
             if info.selector:
                 try:
-                    selected = selector_for(info.selector).matches(header)
+                    sel = selector_for(info.selector)
+                    selected = sel is None or sel.matches(header)
                 except InvalidSelectorError as exc:  # a well-formed file with a bad selector: its own problem
                     log.warning("publish skips %s: its selector %r does not parse: %s", sub.path, info.selector, exc)
                     continue

@@ -39,7 +39,7 @@ from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_pl
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
-    "read_log", "pending_logs", "logged_sends", "recover_log", "finish_dead_commits", "recover_owner",
+    "read_log", "pending_logs", "logged_sends", "recover_log",
 ]
 
 log = logging.getLogger(__name__)
@@ -456,47 +456,3 @@ def recover_log(root: Path, where: LogState, path: Path) -> str:
         outcome = "rolled back"
     LogStore(root).move(where, _LM.RECOVER, path.name, missing_ok=True)
     return outcome
-
-
-def finish_dead_commits(root: Path) -> int:
-    """Roll forward every committed (``committing/``) transaction whose owner is dead, so that a
-    publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
-    an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
-    from .clients import is_dead
-
-    n = 0
-    for where, path in list(pending_logs(root, (_L.COMMITTING,))):
-        try:
-            if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
-                n += 1
-        except (OSError, StoreError) as exc:
-            # One transaction that cannot be finished must not stop every consumer of the root:
-            # it stays in committing/ for `dropboxmq recover`, which reports it.
-            log.warning("cannot finish transaction %s yet: %s", path.name, exc)
-    return n
-
-
-def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
-    """recover_log, leaving alone (with a warning) what is no log of ours."""
-    try:
-        recover_log(root, where, path)
-    except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
-        log.warning("transaction log %s left alone: %s", path, exc)
-        return False
-    return True
-
-
-def recover_owner(root: Path, client_id: str) -> int:
-    """Finish every transaction of one dead client (before its processing/ entries are
-    redelivered: a committing log must ACK them, not see them redelivered).  Also run by a
-    connection that has just taken the client id's lock: every log of that id is then its
-    dead predecessor's (or its own, committed but left in doubt)."""
-    n = 0
-    for where, path in list(pending_logs(root)):
-        if log_owner(path.name) == client_id:
-            try:
-                if _recover_ours(root, where, path):
-                    n += 1
-            except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
-                log.warning("cannot finish transaction %s yet: %s", path.name, exc)
-    return n
