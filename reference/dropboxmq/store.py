@@ -38,7 +38,7 @@ __all__ = [
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
     "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
     "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
-    "unwritten_bytes", "group_sync_method", "sync_files", "fsync_files",
+    "unwritten_bytes", "store_error", "group_sync_method", "sync_files", "fsync_files",
 ]
 
 MAX_NAME_BYTES = 255
