@@ -191,9 +191,9 @@ def test_recovery_sweeps_what_a_crash_left_of_a_subscription_creation_or_removal
 
 
 def _send_returns_before_target_is_fsynced() -> None:
-    import dropboxmq.session as session
+    import dropboxmq.producer as producer
 
-    session.sync_many = lambda boxes: None  # type: ignore[assignment]
+    producer.sync_many = lambda boxes: None  # type: ignore[assignment]
 
 
 def _commit_log_unlinked_before_its_moves_are_durable() -> None:
@@ -266,7 +266,7 @@ def test_recovery_finishes_a_rollback_cut_between_link_and_unlink(tmp_path: Path
     from dropboxmq.lifecycle import State
     from dropboxmq.message import Queue
     from dropboxmq.recovery import recover
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
     from dropboxmq.transaction import transaction_dir
 
     with Connection(tmp_path, client_id="seeder", create=True) as conn:

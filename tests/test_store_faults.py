@@ -11,7 +11,8 @@ from dropboxmq import codec, layout, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
-from dropboxmq.session import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
 from conftest import FAST, counts, ls
 

@@ -178,7 +178,7 @@ def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) ->
 
 def _connect(ctx: click.Context, client_id: str | None = None, *, create: bool = False, settings: Any = None):
     """A connection to the root; ``create`` (the verb's --create) makes the root and the queue."""
-    from .session import Connection
+    from .connection import Connection
 
     if not create:
         require_root(ctx)  # the CLI's own one-line error, naming --root and $DROPBOXMQ_ROOT
@@ -595,7 +595,7 @@ class _ConsumeRun:
     create: bool = False
 
     def settings(self) -> Any:
-        from .session import Settings
+        from .connection import Settings
 
         return None if self.max_deliveries is None else Settings(max_delivery_attempts=self.max_deliveries)
 
@@ -742,7 +742,7 @@ def _handle_each(ctx, run: _ConsumeRun, make_handler) -> None:
     JMS delivery count decides when it is dead-lettered instead).  A stop request (SIGTERM,
     Ctrl-C) takes no new message and lets the running handler finish within the grace."""
     from .graceful import HandlerRunner, StopSignals
-    from .session import CLIENT_ACKNOWLEDGE
+    from .ackmode import CLIENT_ACKNOWLEDGE
 
     done = 0
     failing: set[str] = set()  # ids whose last try failed

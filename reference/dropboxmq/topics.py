@@ -45,7 +45,7 @@ from .message import Message, Topic, name_bytes
 from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .session import Connection
+    from .connection import Connection
 
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",

@@ -66,7 +66,7 @@ def _text(i: int) -> str:
 def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
     """Seconds for the library to send n messages (send_many of SEND_BATCH) into ``queue``."""
     from dropboxmq.message import DeliveryMode, Message, Queue, TextMessage
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
     with Connection(root, "bench-send") as conn:
@@ -85,7 +85,8 @@ def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
 def _library_receive(root: Path, queue: str, n: int, batch: int) -> float:
     """Seconds for one library consumer to receive and durably acknowledge n messages."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+    from dropboxmq.connection import Connection
 
     with Connection(root, "bench-receive") as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
