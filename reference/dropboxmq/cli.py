@@ -671,10 +671,10 @@ def receive(ctx, queue, selector, create, **options) -> None:
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import layout, topics
+    from . import layout, temporary
 
     queue = Queue(name)
-    if create or layout.queue_box(ctx.obj["root"], queue).exists() or topics.temporary_owner(name) is not None:
+    if create or layout.queue_box(ctx.obj["root"], queue).exists() or temporary.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import ids, layout, topics
+from . import ids, layout
 from .ackmode import AckMode
 from .clients import Registration
 from .errors import IllegalStateError, QueueNotFoundError, RootNotFoundError, StoreError
@@ -25,11 +25,9 @@ from .message import (
     Message,
     Queue,
 )
-from .recovery import reclaim_own_leftovers, recover_owner
 from .session import Session
 from .store import Dropbox, check_file_system
-from .temporary import delete_temporary, temporary_gone
-from .transaction import ensure_layout
+from .temporary import delete_temporary, temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
     pass
@@ -114,6 +112,8 @@ class Connection:
                 pass  # check_root says what stands in the way
         check_root(self.root)
         check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
+        from .transaction import ensure_layout  # (the transaction log's directories)
+
         ensure_layout(self.root)
         generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
@@ -128,6 +128,7 @@ class Connection:
         self._started.set()
         self._temporary: list[Destination] = []
         self._queue_boxes: dict[str, Dropbox] = {}
+        self._housekept: dict[Path, float] = {}  # dropbox -> time.monotonic() of its last housekeeping
 
     @classmethod
     def from_env(cls, settings: Settings | None = None, *, client_id: str | None = None,
@@ -208,6 +209,8 @@ class Connection:
     def _finish_own_logs(self) -> None:
         """Finish the transaction logs of this client id that no open session owns: roll
         committed ones forward, the rest back.  Best effort: what fails stays for recovery."""
+        from .recovery import recover_owner
+
         try:
             recover_owner(self.root, self.client_id)
         except (OSError, StoreError) as exc:
@@ -216,6 +219,8 @@ class Connection:
     def _reclaim_own_leftovers(self) -> None:
         """Redeliver the unacknowledged claims a dead predecessor with this client id left (best
         effort: what fails stays for the next connection or `dropboxmq recover`)."""
+        from .recovery import reclaim_own_leftovers
+
         try:
             reclaim_own_leftovers(self.root, self.client_id)
         except (OSError, StoreError) as exc:
@@ -238,6 +243,18 @@ class Connection:
         if self._closed:
             raise IllegalStateError("connection is closed")
 
+    def housekeeping(self, box: Dropbox) -> None:
+        """The ops layer's work for a dropbox this connection consumes from, at most every
+        ``recovery_interval`` (its consumers call this before each claim): dead commits
+        finished, dead owners' claims redelivered, retention (``recovery.housekeeping``)."""
+        now = time.monotonic()
+        if now - self._housekept.get(box.path, -1e9) <= self.settings.recovery_interval:
+            return
+        self._housekept[box.path] = now
+        from .recovery import housekeeping
+
+        housekeeping(self.root, box, self.settings.retention)
+
     def _temporary_boxes(self, dest: Destination, header: Message) -> list[Dropbox]:
         """A temporary destination lives as long as its connection: once that closed (its
         directory is gone) a send is an error, and never re-creates the directory."""
@@ -246,14 +263,18 @@ class Connection:
             if box.exists():
                 return [box]
         elif layout.subscriptions_dir(self.root, dest).is_dir():
-            return topics.fan_out_targets(self.root, dest, header, self.client_id)
+            from .topics import fan_out_targets
+
+            return fan_out_targets(self.root, dest, header, self.client_id)
         raise temporary_gone(dest)
 
     def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
-        if topics.temporary_owner(dest.name) is not None:
+        if temporary_owner(dest.name) is not None:
             return self._temporary_boxes(dest, header)
         if isinstance(dest, Queue):
             return [self.queue_box(dest)]
-        return topics.fan_out_targets(self.root, dest, header, self.client_id)
+        from .topics import fan_out_targets  # (publish: imported when first used)
+
+        return fan_out_targets(self.root, dest, header, self.client_id)
 

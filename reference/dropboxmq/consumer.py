@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol
 
-from . import claims, retention, topics
+from . import claims
 from .claim import Claim, Claimer
 from .codec import now_ms
 from .decision import ClaimSettings
@@ -20,12 +20,12 @@ from .message import (
     Message,
 )
 from .producer import Body, body_of
-from .recovery import finish_dead_commits, reclaim_dead_owners
 from .store import Dropbox, NotARegularFile
 
 if TYPE_CHECKING:
     from .selector import Selector
     from .session import Session
+    from .topics import Attachment, Subscription
 
 __all__ = ["compile_selector", "Delivery", "MessageListener", "MessageConsumer"]
 
@@ -70,12 +70,11 @@ class MessageConsumer:
                                 ClaimSettings(selector_obj, session.settings.max_delivery_attempts),
                                 session.settings.scan_interval, clock=lambda: now_ms(),
                                 monotonic=lambda: time.monotonic())
-        self._subscription: topics.Subscription | None = None
-        self._attachment: topics.Attachment | None = None
+        self._subscription: Subscription | None = None  # a topic consumer's (topics.py)
+        self._attachment: Attachment | None = None
         self._scanner = self._claimer.scanner  # invalidated when the session redelivers
         self._listener: Callable[[Message], Any] | None = None
         self._closed = False
-        self._last_recovery = -1e9
         settings = session.settings
         self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
         self.redelivery_backoff = settings.redelivery_backoff
@@ -163,7 +162,9 @@ class MessageConsumer:
             if self._subscription.info.durable is False:
                 # Unacked messages of a non-durable subscription die with it.
                 self.session._forget(self.box)
-            topics.close_consumer(self._subscription, self._attachment)
+            from .topics import close_consumer
+
+            close_consumer(self._subscription, self._attachment)
 
     def __enter__(self) -> "MessageConsumer":
         return self
@@ -193,14 +194,7 @@ class MessageConsumer:
     # --- the claim
     def _claim_next(self, read_body: bool = True) -> Delivery | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
-        now_mono = time.monotonic()
-        if now_mono - self._last_recovery > self.session.settings.recovery_interval:
-            self._last_recovery = now_mono
-            finish_dead_commits(self.session.connection.root)  # e.g. a publisher killed mid fan-out
-            reclaim_dead_owners(self.session.connection.root, self.box)
-            if self.session.settings.retention is not None:
-                retention.prune(self.box, ["processed", "expired"], self.session.settings.retention,
-                                root=self.session.connection.root)
+        self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
         while (claim := self._claimer.claim_next()) is not None:
             d = self._deliver(claim, read_body)
             if d is not None:

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
-from . import ids, topics
+from . import ids
 from .codec import to_wire
 from .errors import InvalidDestinationError, StoreError
 from .lifecycle import Move, State
@@ -26,7 +26,7 @@ from .message import (
     Topic,
 )
 from .store import Dropbox, sync_files, sync_many
-from .temporary import temporary_gone
+from .temporary import temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
     from .session import Session
@@ -171,7 +171,7 @@ def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable
         if getattr(exc, "errno", None) == errno.ENOENT:
             if topic_copy:
                 return False
-            if topics.temporary_owner(box.path.parent.name) is not None:  # deleted while we send
+            if temporary_owner(box.path.parent.name) is not None:  # deleted while we send
                 raise temporary_gone(msg.destination) from exc
         raise
     return True

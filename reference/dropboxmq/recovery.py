@@ -28,7 +28,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
-from . import claims, codec, layout
+from . import claims, codec, layout, retention
 from .clients import is_dead
 from .codec import from_wire, now_ms
 from .store import Dropbox, NotARegularFile, ensure_plain_dir
@@ -47,7 +47,7 @@ RECOVERY_STEPS = "dropboxmq.recovery"
 
 __all__ = [
     "RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name",
-    "finish_dead_commits", "recover_owner",
+    "finish_dead_commits", "recover_owner", "housekeeping",
 ]
 
 
@@ -321,3 +321,14 @@ def recover_owner(root: Path, client_id: str) -> int:
             except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
                 log.warning("cannot finish transaction %s yet: %s", path.name, exc)
     return n
+
+
+def housekeeping(root: Path, box: Dropbox, retention_seconds: float | None) -> None:
+    """What a connection runs for each dropbox it consumes from, every ``recovery_interval``
+    (``Connection.housekeeping``), so that no operator is needed: transactions a dead
+    publisher committed are finished (e.g. killed in mid fan-out), a dead consumer's claims
+    come back, and acknowledged and expired files older than the retention go."""
+    finish_dead_commits(root)
+    reclaim_dead_owners(root, box)
+    if retention_seconds is not None:
+        retention.prune(box, ["processed", "expired"], retention_seconds, root=root)

@@ -22,7 +22,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from . import claims, layout, topics
+from . import claims, layout
 from .ackmode import POLICY, AckMode, Close, Done, Failure, Take
 from .consumer import Delivery, MessageConsumer, compile_selector
 from .errors import IllegalStateError, InvalidDestinationError, StoreError
@@ -41,12 +41,12 @@ from .message import (
 )
 from .producer import MessageProducer
 from .store import Dropbox, sync_many
-from .temporary import TemporaryQueue, TemporaryTopic
-from .transaction import TransactionLog
+from .temporary import TemporaryQueue, TemporaryTopic, temporary_name, temporary_owner
 
 if TYPE_CHECKING:
     from .browser import QueueBrowser
     from .connection import Connection
+    from .transaction import TransactionLog
 
 __all__ = ["Session"]
 
@@ -91,8 +91,10 @@ class Session:
         """A queue consumer, or a topic consumer on a new non-durable subscription."""
         self._check_open()
         if isinstance(destination, Topic):
+            from . import topics  # (subscriptions: imported when first used)
+
             return self._subscribe(destination, topics.NON_DURABLE, None, selector, no_local)
-        owner = topics.temporary_owner(destination.name)
+        owner = temporary_owner(destination.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
         selector_obj = compile_selector(selector)
@@ -105,20 +107,28 @@ class Session:
     def create_durable_consumer(self, topic: Topic, name: str, selector: str | None = None,
                                 no_local: bool = False) -> "MessageConsumer":
         """Unshared durable subscription: needs a client id; one active consumer at a time."""
+        from . import topics  # (subscriptions: imported when first used)
+
         return self._subscribe(topic, topics.DURABLE, name, selector, no_local)
 
     def create_shared_consumer(self, topic: Topic, name: str, selector: str | None = None) -> "MessageConsumer":
         """Shared non-durable subscription: consumers compete; it ends with its last consumer."""
+        from . import topics  # (subscriptions: imported when first used)
+
         return self._subscribe(topic, topics.SHARED_NON_DURABLE, name, selector, False)
 
     def create_shared_durable_consumer(self, topic: Topic, name: str,
                                        selector: str | None = None) -> "MessageConsumer":
         """Shared durable subscription: consumers compete; it stays until unsubscribed."""
+        from . import topics  # (subscriptions: imported when first used)
+
         return self._subscribe(topic, topics.SHARED_DURABLE, name, selector, False)
 
     def unsubscribe(self, name: str) -> None:
         """Remove a durable subscription and its messages (error if active or with pending work)."""
         self._check_open()
+        from . import topics  # (subscriptions: imported when first used)
+
         topics.unsubscribe(self.connection, name)
 
     def _subscribe(self, topic: Topic, kind: str, name: str | None, selector: str | None,
@@ -126,10 +136,12 @@ class Session:
         self._check_open()
         if not isinstance(topic, Topic):
             raise InvalidDestinationError(f"{topic} is not a topic")
-        owner = topics.temporary_owner(topic.name)
+        owner = temporary_owner(topic.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
         selector_obj = compile_selector(selector)  # invalid selector: error before anything is created
+        from . import topics  # (subscriptions: imported when first used)
+
         sub, attachment = topics.open_subscription(self.connection, topic, kind, name, selector, no_local)
         consumer = MessageConsumer(self, sub.box, topic, selector, None)
         consumer._subscription, consumer._attachment = sub, attachment
@@ -140,20 +152,20 @@ class Session:
     def create_temporary_queue(self) -> "TemporaryQueue":
         """A queue removed by ``delete()`` or when this connection closes; only this
         connection may consume."""
-        q = TemporaryQueue(topics.temporary_name(self.connection.client_id), self.connection)
+        q = TemporaryQueue(temporary_name(self.connection.client_id), self.connection)
         layout.queue_box(self.connection.root, q).ensure()
         self.connection._temporary.append(q)
         return q
 
     def create_temporary_topic(self) -> "TemporaryTopic":
-        t = TemporaryTopic(topics.temporary_name(self.connection.client_id), self.connection)
+        t = TemporaryTopic(temporary_name(self.connection.client_id), self.connection)
         os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
         self.connection._temporary.append(t)
         return t
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
-        if topics.temporary_owner(queue.name) is None:
+        if temporary_owner(queue.name) is None:
             self.connection.queue_box(queue)  # a typo is an error, not an empty browse
         from .browser import QueueBrowser  # (rarely used: not imported with the session)
 
@@ -277,6 +289,8 @@ class Session:
     def _tx_log(self) -> TransactionLog:
         if self._tx is None:
             self._tx_seq += 1
+            from .transaction import TransactionLog  # (transacted sessions only)
+
             self._tx = TransactionLog(self.connection.root, self.connection.client_id, self._tag, self._tx_seq)
         return self._tx
 

@@ -28,20 +28,20 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterable, TypeVar
 
+from .codec import MAX_NAME_BYTES
 from .errors import StoreError, UnsupportedFileSystemError
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
-    "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
+    "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
     "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
-    "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
+    "ensure_plain_dir", "is_real_dir", "sync_file_system", "sync_many",
     "unwritten_bytes", "store_error", "group_sync_method", "sync_files", "fsync_files",
 ]
 
-MAX_NAME_BYTES = 255
 _T = TypeVar("_T")
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -730,20 +730,6 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def iter_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
-    """Every queue dropbox under ``root``: (queue name, dropbox)."""
-    try:
-        names = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return
-    for name in names:
-        if name.startswith(".") or name in ("dropboxmq", "topic-root"):
-            continue
-        box = Dropbox(Path(root) / name / "incoming")
-        if is_real_dir(Path(root) / name) and box.exists():
-            yield name, box
 
 
 _syncfs = getattr(_libc, "syncfs", None)

@@ -4,11 +4,12 @@ it (its directory is removed when that connection closes)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import layout
+from . import codec, layout
 from .errors import InvalidDestinationError
 from .message import (
     Destination,
@@ -19,7 +20,10 @@ from .message import (
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["TemporaryQueue", "TemporaryTopic", "temporary_gone", "delete_temporary"]
+__all__ = [
+    "TemporaryQueue", "TemporaryTopic", "temporary_gone", "delete_temporary", "TEMP_PREFIX", "temporary_name",
+    "temporary_owner",
+]
 
 log = logging.getLogger("dropboxmq")
 
@@ -61,3 +65,16 @@ def delete_temporary(root: Path, dest: Destination) -> None:
     path = Path(root) / dest.name if isinstance(dest, Queue) else layout.topic_dir(root, dest)
     shutil.rmtree(path, ignore_errors=True)
 
+
+#: a temporary destination's name: the prefix, its connection's client id, a random part
+TEMP_PREFIX = "dropboxmq-temp~"
+
+
+def temporary_name(client_id: str) -> str:
+    return f"{TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"
+
+
+def temporary_owner(name: str) -> str | None:
+    if not name.startswith(TEMP_PREFIX):
+        return None
+    return codec.decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])

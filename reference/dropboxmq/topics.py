@@ -51,7 +51,7 @@ __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
     "ancestors", "find_by_name", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished", "TEMP_PREFIX", "temporary_name", "temporary_owner",
+    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
 ]
 
 log = logging.getLogger(__name__)
@@ -430,15 +430,3 @@ def sweep_unfinished(root: Path, cutoff: float) -> int:
 
 
 # ---------------------------------------------------------------- temporary destinations
-
-TEMP_PREFIX = "dropboxmq-temp~"
-
-
-def temporary_name(client_id: str) -> str:
-    return f"{TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"
-
-
-def temporary_owner(name: str) -> str | None:
-    if not name.startswith(TEMP_PREFIX):
-        return None
-    return codec.decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])
