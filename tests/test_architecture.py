@@ -21,7 +21,7 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: issue 27's budget for those modules' top-level closure within the library, in lines
 BUDGET = 2000
 #: what the closure measures today: it may only go down (lower it when it does)
-CEILING = 5009
+CEILING = 4537
 
 
 def _type_checking(node: ast.stmt) -> bool:

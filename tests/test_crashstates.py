@@ -119,7 +119,8 @@ def test_judge_reports_an_acknowledged_send_lost_and_a_message_in_two_states() -
 
 
 def test_recorder_sees_renameat2_syncfs_and_file_objects_and_rebuilds_the_tree(tmp_path: Path) -> None:
-    from dropboxmq.store import rename_noreplace, sync_file_system
+    from dropboxmq.groupsync import sync_file_system
+    from dropboxmq.store import rename_noreplace
 
     (tmp_path / "a").mkdir()
     with Recorder(tmp_path, ENVIRONMENTS["quiet"]) as rec:

@@ -21,10 +21,10 @@ from typing import Callable, NamedTuple
 from . import claims, codec
 from .codec import now_ms
 from .decision import ClaimSettings, Verdict, decide
-from .errors import StoreError
+from .errors import StoreError, store_error
 from .lifecycle import Move, State
 from .message import Message
-from .store import Dropbox, store_error
+from .store import Dropbox
 
 __all__ = ["Scanner", "Claim", "Claimer"]
 

@@ -25,7 +25,7 @@ from .message import (
     TextMessage,
     Topic,
 )
-from .store import Dropbox, sync_files, sync_many
+from .store import Dropbox, sync_many
 from .temporary import temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
@@ -135,6 +135,8 @@ class MessageProducer:
                                 created.append((box, name, durable, topic_copy))
                     durable_copies = [(box, name) for box, name, durable, _ in created if durable]
                     if group and durable_copies:  # every file durable before any rename is
+                        from .groupsync import sync_files  # (batches and fan-out only)
+
                         sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
                                    sum(_size(m.body) * len(bs) for m, _, bs in prepared))
                     for box, name, _, topic_copy in created:

@@ -125,7 +125,8 @@ from .decision import ClaimSettings
 from .recovery import reclaim_dead_owners
 from .selector import selector_for
 from .log_lifecycle import LogMove, LogState
-from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_files, sync_many
+from .groupsync import sync_files
+from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
 from .transaction import (
     LogEntry,
     LogStore,

@@ -33,8 +33,9 @@ from . import claims, codec
 from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
+from .groupsync import sync_files
 from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, replace_durably, sync_files, sync_many)
+                    read_regular_file, rename_noreplace, replace_durably, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",

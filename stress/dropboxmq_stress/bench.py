@@ -318,7 +318,8 @@ def floor(bench: Bench, mode: str, round_: int) -> None:
 
 def os_floor(bench: Bench, mode: str, round_: int, impl: str) -> None:
     """create/write/close/rename (send), rename (claim), read, rename (ack) per message, in os calls."""
-    from dropboxmq.store import rename_noreplace, sync_file_system
+    from dropboxmq.groupsync import sync_file_system
+    from dropboxmq.store import rename_noreplace
 
     base = bench.root / f"{impl}-{mode}-{round_}"
     dirs = _floor_dirs(base)
