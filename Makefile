@@ -62,7 +62,7 @@ spec-deep: setup
 bench: setup        ## floor (C when gcc/cc is present), reference and peers side by side; results in stress/results/
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m dropboxmq_stress.bench --json stress/results/bench-$$(date +%Y-%m-%d-%H%M%S).json
-	$(PY) -m dropboxmq_stress.spark_bench
+	$(PY) -m dropboxmq_stress.spark_bench --json stress/results/spark-bench-$$(date +%Y-%m-%d-%H%M%S).json
 
 stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's and the API model tester's long profiles, every crash state (deep); root needed for tmpfs / loop mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq.session import Settings
+from dropboxmq.connection import Settings
 
 # the session-wide SparkSession fixture (``spark``); pyspark is imported only when a test asks for it
 pytest_plugins = ["spark_fixtures"]

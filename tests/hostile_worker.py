@@ -22,7 +22,8 @@ from dropboxmq.errors import DropboxMQError
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover
 from dropboxmq.retention import prune
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
+from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection, Settings
 from dropboxmq.store import Dropbox
 from dropboxmq_stress.hostile import API_STEPS, CLI_VERBS
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dropboxmq.message import DeliveryMode, Queue, TextMessage
-from dropboxmq.session import AUTO_ACKNOWLEDGE, Connection, Settings
+from dropboxmq.ackmode import AUTO_ACKNOWLEDGE
+from dropboxmq.connection import Connection, Settings
 from conftest import counts, fork_context
 
 Q = Queue("Q1")

@@ -119,7 +119,8 @@ def test_judge_reports_an_acknowledged_send_lost_and_a_message_in_two_states() -
 
 
 def test_recorder_sees_renameat2_syncfs_and_file_objects_and_rebuilds_the_tree(tmp_path: Path) -> None:
-    from dropboxmq.store import rename_noreplace, sync_file_system
+    from dropboxmq.groupsync import sync_file_system
+    from dropboxmq.store import rename_noreplace
 
     (tmp_path / "a").mkdir()
     with Recorder(tmp_path, ENVIRONMENTS["quiet"]) as rec:
@@ -191,9 +192,9 @@ def test_recovery_sweeps_what_a_crash_left_of_a_subscription_creation_or_removal
 
 
 def _send_returns_before_target_is_fsynced() -> None:
-    import dropboxmq.session as session
+    import dropboxmq.producer as producer
 
-    session.sync_many = lambda boxes: None  # type: ignore[assignment]
+    producer.sync_many = lambda boxes: None  # type: ignore[assignment]
 
 
 def _commit_log_unlinked_before_its_moves_are_durable() -> None:
@@ -266,7 +267,7 @@ def test_recovery_finishes_a_rollback_cut_between_link_and_unlink(tmp_path: Path
     from dropboxmq.lifecycle import State
     from dropboxmq.message import Queue
     from dropboxmq.recovery import recover
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
     from dropboxmq.transaction import transaction_dir
 
     with Connection(tmp_path, client_id="seeder", create=True) as conn:

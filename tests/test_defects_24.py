@@ -17,7 +17,7 @@ from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State
 from dropboxmq.message import Queue, Topic
-from dropboxmq.session import Connection
+from dropboxmq.connection import Connection
 
 from conftest import FAST, ls
 
@@ -240,7 +240,7 @@ def test_1_a_name_dropped_twice_is_delivered_twice_and_stops_nothing(root):
 
 def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root, monkeypatch):
     """Whatever keeps one dead publisher's commit from finishing, consumers elsewhere go on."""
-    from dropboxmq import transaction
+    from dropboxmq import recovery
 
     with Connection(root, "worker", FAST, create=True) as conn:
         session = conn.create_session()
@@ -249,7 +249,7 @@ def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root,
         def broken(*args, **kwargs):
             raise StoreError("cannot send x: y already exists")
 
-        monkeypatch.setattr(transaction, "recover_log", broken)
+        monkeypatch.setattr(recovery, "recover_log", broken)  # what finish_dead_commits calls
         committing = root / "dropboxmq" / "transaction" / "committing"
         (committing / "ghost~tag~1").write_text("")
         (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead
@@ -261,7 +261,7 @@ def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root,
 
 def _receive_and_die(root: str, queue: str, client_id: str) -> None:
     """A CLIENT_ACKNOWLEDGE consumer that takes one message and dies like kill -9 (no cleanup)."""
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
 
     conn = Connection(root, client_id, FAST, create=True)
     consumer = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(Queue(queue))
@@ -294,7 +294,7 @@ assert len(LONG_FOREIGN) == 255
 
 @pytest.mark.parametrize("name", ["invoice-42.xml", LONG_FOREIGN, "4.1795380000000000-1." + "y" * 220])
 def test_3_recover_redelivers_a_name_with_no_room_as_redelivered(root, name):
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
 
     drop(root, "q", name, b"body")
     with Connection(root, "c", FAST, create=True) as conn:
@@ -354,7 +354,7 @@ def test_4_a_long_name_our_producer_accepts_is_claimed_with_its_owner_and_recove
 
 def test_6_a_live_consumers_ghost_named_message_is_not_taken_back(root):
     from dropboxmq.recovery import recover
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
 
     with Connection(root, "ghost", FAST, create=True):
         pass
@@ -376,7 +376,7 @@ def test_3_a_count_registered_after_the_consumers_listing_still_counts(root, mon
     """A consumer whose listing of the claim register predates another consumer's entry (the
     register is listed once per walk) must not deliver the message as a first delivery."""
     from dropboxmq import claims
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
 
     drop(root, "q", "invoice-42.xml", b"body")
     with Connection(root, "first", FAST) as conn:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from dropboxmq import codec
 from dropboxmq.message import Queue, TextMessage, Topic
-from dropboxmq.session import Connection, Settings
+from dropboxmq.connection import Connection, Settings
 from dropboxmq.lifecycle import STATE_DIRS
 from dropboxmq.store import Dropbox
 from dropboxmq_stress.hostile import INTERNAL_DIRS, JSONS, KINDS, NAMES, PLACES, REPLACEABLE

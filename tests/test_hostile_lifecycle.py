@@ -19,7 +19,8 @@ from dropboxmq import layout, recovery, transaction
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage, Topic
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection
 from dropboxmq.distributor import distribute
 
 Q = Queue("Q1")

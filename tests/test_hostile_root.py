@@ -20,7 +20,8 @@ from dropboxmq import codec
 from dropboxmq.errors import DropboxMQError, InvalidDestinationError, InvalidSelectorError
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
 
 from conftest import FAST, counts, ls
@@ -104,7 +105,7 @@ def test_2_fifo_as_a_registration_does_not_hang_receive(root):
     (root / "q" / "incoming" / "processing" / "ghost~4.ID%3Ax.x").write_bytes(b"held")
     done = run_bounded(f"""
         from dropboxmq.message import Queue
-        from dropboxmq.session import Connection
+        from dropboxmq.connection import Connection
         with Connection({str(root)!r}, create=True) as conn:
             print(conn.create_session().create_consumer(Queue("q")).receive(timeout=1).body)
     """)
@@ -124,7 +125,7 @@ def test_2_fifo_as_a_subscription_file_does_not_hang_publish(root):
     os.mkfifo(meta)
     done = run_bounded(f"""
         from dropboxmq.message import Topic, TextMessage
-        from dropboxmq.session import Connection
+        from dropboxmq.connection import Connection
         with Connection({str(root)!r}, create=True) as conn:
             conn.create_session().create_producer(Topic("t")).send(TextMessage(body=b"news"))
     """)

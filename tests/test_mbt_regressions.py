@@ -13,7 +13,7 @@ from dropboxmq.cli import main as cli
 from dropboxmq.distributor import distribute
 from dropboxmq.message import Topic
 from dropboxmq.retention import prune
-from dropboxmq.session import Connection
+from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
 
 from conftest import FAST

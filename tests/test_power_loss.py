@@ -104,7 +104,8 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
            shutdown_at_dir_fsync: int | None = None) -> None:
     """The seeded workload; one JSON line per operation *after* it returned."""
     from dropboxmq.message import BytesMessage, DeliveryMode, Queue
-    from dropboxmq.session import AckMode, Connection, Settings
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection, Settings
 
     rng = random.Random(seed)
     out = os.open(results, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -358,7 +359,8 @@ def test_client_ack_whose_fsync_fails_does_not_return(tmp_path, monkeypatch):
     from dropboxmq import store
     from dropboxmq.errors import StoreError
     from dropboxmq.message import BytesMessage, Queue
-    from dropboxmq.session import AckMode, Connection, Settings
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection, Settings
 
     q = Queue(QUEUE)
     with Connection(tmp_path / "root", "a", Settings(poll_interval=0.002), create=True) as c:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import dropboxmq.session as session_mod
+import dropboxmq.browser as browser_mod
+import dropboxmq.consumer as consumer_mod
 from dropboxmq import codec, ids, recovery, store, transaction
 from dropboxmq.errors import (
     IllegalStateError,
@@ -23,13 +24,8 @@ from dropboxmq.errors import (
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage, Topic
 from dropboxmq.values import Property
-from dropboxmq.session import (
-    AUTO_ACKNOWLEDGE,
-    CLIENT_ACKNOWLEDGE,
-    DUPS_OK_ACKNOWLEDGE,
-    Connection,
-    Settings,
-)
+from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE
+from dropboxmq.connection import Connection, Settings
 from conftest import FAST, counts, fork_context, ls, state_dir
 
 Q = Queue("Q1")
@@ -53,9 +49,10 @@ def drain(consumer, timeout: float = 0.2) -> list:
 
 def shift_clock(monkeypatch, seconds: float) -> None:
     """Make the library's wall clock (expiry, delivery delay) run ``seconds`` ahead."""
-    real = session_mod.now_ms
-    monkeypatch.setattr(session_mod, "now_ms", lambda: real() + int(seconds * 1000))
-    monkeypatch.setattr(recovery, "now_ms", session_mod.now_ms)
+    real = consumer_mod.now_ms
+    monkeypatch.setattr(consumer_mod, "now_ms", lambda: real() + int(seconds * 1000))
+    monkeypatch.setattr(recovery, "now_ms", consumer_mod.now_ms)
+    monkeypatch.setattr(browser_mod, "now_ms", consumer_mod.now_ms)
 
 
 # ================================================================ acknowledgement modes
@@ -456,7 +453,7 @@ class _FakeMonotonic:
 
 def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(root, monkeypatch):
     clock = _FakeMonotonic()
-    monkeypatch.setattr(session_mod, "time", clock)
+    monkeypatch.setattr(consumer_mod, "time", clock)
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
     with Connection(root, "a", settings, create=True) as c:
         p = c.create_session().create_producer(Q)
@@ -482,8 +479,10 @@ def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):
     """A drain walks the whole listing: target/ is listed again only when the walk ends or the
     listing is stale, not every eighth of the backlog (the consume profile had 15 % of its time
     in relisting)."""
-    clock = _FakeMonotonic()  # time stands still: the listing never goes stale
-    monkeypatch.setattr(session_mod, "time", clock)
+    clock = _FakeMonotonic()  # time stands still: the listing never goes stale (on a loaded
+    frozen = time.monotonic()  # machine the drain takes longer than the scan interval)
+    monkeypatch.setattr(clock, "monotonic", lambda: frozen)
+    monkeypatch.setattr(consumer_mod, "time", clock)
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
     with Connection(root, "a", settings, create=True) as c:
         c.create_session().create_producer(Q).send_many([TextMessage(body=str(i)) for i in range(2000)],

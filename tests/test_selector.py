@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dropboxmq.errors import InvalidSelectorError
 from dropboxmq.message import DeliveryMode, Message, TextMessage
 from dropboxmq.values import Property
-from dropboxmq.selector import Selector, parse, parse_optional
+from dropboxmq.selector import Selector, parse, selector_for
 
 T, F, U = True, False, None
 
@@ -475,7 +475,7 @@ def test_empty_selector_selects_everything(text):
     assert sel.evaluate({}) is True
     assert str(sel) == ""
     assert parse(str(sel)) == sel
-    assert parse_optional(text) is None
+    assert selector_for(text) is None
 
 
 def test_non_string_selector_is_rejected():
@@ -499,8 +499,8 @@ def test_canonical_text_is_fully_parenthesised():
     assert parse("a = 1 OR b = 2 AND c").identifiers == {"a", "b", "c"}
 
 
-def test_parse_optional_returns_selector():
-    sel = parse_optional("a = 1")
+def test_selector_for_returns_selector():
+    sel = selector_for("a = 1")
     assert isinstance(sel, Selector)
     assert sel.evaluate({"a": 1}) is True
 

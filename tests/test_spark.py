@@ -27,7 +27,8 @@ from pyspark.errors import PySparkException  # noqa: E402
 from spark_fixtures import spark_env  # noqa: E402
 
 from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings  # noqa: E402
+from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE  # noqa: E402
+from dropboxmq.connection import Connection, Settings  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -383,7 +384,7 @@ def test_claims_belong_to_the_checkpoint_until_it_is_deleted_or_released(tmp_pat
     """A dead query's claims survive recover and every consumer's reclaim while its checkpoint
     exists; deleting the checkpoint, or ``recover --release CLIENT``, gives them back."""
     from dropboxmq.clients import hold_for_checkpoint
-    from dropboxmq.session import reclaim_dead_owners
+    from dropboxmq.recovery import reclaim_dead_owners
     from dropboxmq.spark import DropboxMQStreamReader
 
     root = tmp_path / "root"

@@ -111,7 +111,7 @@ def test_spark_engine_gives_identical_figures(spark, cases):
 
 def test_consistency_audit_of_a_root(tmp_path):
     from dropboxmq.message import Queue, TextMessage
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     root = tmp_path / "root"
     with Connection(root, client_id="a", create=True) as conn:

@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from dropboxmq import codec, layout, store
+from dropboxmq import codec, groupsync, layout, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
-from dropboxmq.session import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
 from conftest import FAST, counts, ls
 
@@ -347,14 +348,14 @@ def test_held_directories_are_closed_with_the_consumer_and_the_connection(root):
 
 def test_group_sync_method_weighs_the_unwritten_data_of_others():
     files, own = 100, 100 * 100
-    assert store.group_sync_method(None, own, files) == "syncfs"  # no /proc/meminfo: as before
-    assert store.group_sync_method(0, own, files) == "syncfs"
+    assert groupsync.group_sync_method(None, own, files) == "syncfs"  # no /proc/meminfo: as before
+    assert groupsync.group_sync_method(0, own, files) == "syncfs"
     mine = own + 4096 * files  # what the batch itself left unwritten does not count against syncfs
-    assert store.group_sync_method(mine, own, files) == "syncfs"
-    budget = store.SYNCFS_OTHERS_BYTES_PER_FILE * files
-    assert store.group_sync_method(mine + budget, own, files) == "syncfs"
-    assert store.group_sync_method(mine + budget + 1, own, files) == "fsync"
-    assert store.group_sync_method(1 << 30, own, files) == "fsync"
+    assert groupsync.group_sync_method(mine, own, files) == "syncfs"
+    budget = groupsync.SYNCFS_OTHERS_BYTES_PER_FILE * files
+    assert groupsync.group_sync_method(mine + budget, own, files) == "syncfs"
+    assert groupsync.group_sync_method(mine + budget + 1, own, files) == "fsync"
+    assert groupsync.group_sync_method(1 << 30, own, files) == "fsync"
 
 
 def _record_syncs(monkeypatch, unwritten: int):
@@ -367,8 +368,8 @@ def _record_syncs(monkeypatch, unwritten: int):
         calls["fsync"].append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    monkeypatch.setattr(store, "unwritten_bytes", lambda: unwritten)
-    monkeypatch.setattr(store, "sync_file_system", lambda path: calls["syncfs"].append(str(path)))
+    monkeypatch.setattr(groupsync, "unwritten_bytes", lambda: unwritten)
+    monkeypatch.setattr(groupsync, "sync_file_system", lambda path: calls["syncfs"].append(str(path)))
     monkeypatch.setattr(os, "fsync", fsync)
     return calls
 
@@ -411,7 +412,7 @@ def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(ro
             real_fsync(fd)
 
         failed: list[int] = []
-        monkeypatch.setattr(store, "unwritten_bytes", lambda: 1 << 30)
+        monkeypatch.setattr(groupsync, "unwritten_bytes", lambda: 1 << 30)
         monkeypatch.setattr(os, "fsync", fsync)
         with pytest.raises(StoreError, match=r"cannot fsync .*/working/.*: input/output error"):
             p.send_many([TextMessage(body=f"m{i}") for i in range(20)])
@@ -503,10 +504,10 @@ def test_a_forked_child_fsyncs_its_batch_with_its_own_threads(root, monkeypatch)
     data must start its own instead of waiting on the parent's forever."""
     from conftest import fork_context
 
-    monkeypatch.setattr(store, "unwritten_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(groupsync, "unwritten_bytes", lambda: 1 << 30)
     with Connection(root, "parent", FAST, create=True) as c:
         c.create_session().create_producer(Q).send_many([TextMessage(body=f"p{i}") for i in range(10)])
-    assert store.sync_files(root, [], 0) == "fsync"  # the parent's pool exists and is in use
+    assert groupsync.sync_files(root, [], 0) == "fsync"  # the parent's pool exists and is in use
 
     def child() -> None:
         with Connection(root, "child", FAST, create=True) as c:
@@ -565,3 +566,36 @@ def test_a_commit_whose_subscription_went_away_commits(root, monkeypatch, unwrit
         monkeypatch.undo()
         assert len(calls["syncfs"]) == (0 if unwritten else 1)
         assert s.create_durable_consumer(Topic("t"), "kept").receive(1).text == "news"
+
+
+@pytest.mark.parametrize("unwritten", [0, 1 << 30])
+def test_the_group_commit_and_the_plain_fsyncs_make_the_same_files_durable(tmp_path, monkeypatch, unwritten):
+    """groupsync.sync_files (a syncfs of the file system, or parallel fsyncs) and its plain
+    version fsync_each agree: every file of the batch is durable, a file gone meanwhile is
+    skipped.  A syncfs covers the file system the batch is on."""
+    paths = []
+    for i in range(5):
+        (tmp_path / f"m{i}").write_bytes(b"x" * i)
+        paths.append(str(tmp_path / f"m{i}"))
+    gone = str(tmp_path / "gone")  # removed between its write and the sync
+    synced: dict[str, set[str]] = {}
+    real_fsync = os.fsync
+    for version in ("group", "plain"):
+        fsynced: set[str] = set()
+
+        def fsync(fd, fsynced=fsynced):
+            fsynced.add(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(groupsync, "unwritten_bytes", lambda: unwritten)
+        monkeypatch.setattr(groupsync, "sync_file_system",
+                            lambda root, fsynced=fsynced: fsynced.update(str(p) for p in tmp_path.iterdir()))
+        if version == "group":
+            method = groupsync.sync_files(tmp_path, paths + [gone], 10)
+            assert method == ("syncfs" if unwritten == 0 else "fsync")
+        else:
+            groupsync.fsync_each(paths + [gone])
+        monkeypatch.undo()
+        synced[version] = fsynced
+    assert synced["group"] == synced["plain"] == set(paths)

@@ -197,7 +197,8 @@ def test_full_disk_tmpfs(tmp_path, fast):
     _root_or_skip(tmp_path)
     from dropboxmq.errors import StoreError
     from dropboxmq.message import Queue
-    from dropboxmq.session import AUTO_ACKNOWLEDGE, Connection
+    from dropboxmq.ackmode import AUTO_ACKNOWLEDGE
+    from dropboxmq.connection import Connection
 
     with nemesis.tmpfs_mount(tmp_path / "fs", "64k") as mnt:
         ok, failures = [], 0
@@ -292,7 +293,7 @@ def test_regression_transacted_receive_log_failure_strands_message(tmp_path):
 # (seen in the kills stress case when recovery ran while a transacted producer was still alive)
 def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     from dropboxmq import recovery
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
     from dropboxmq.log_lifecycle import LogState
     from dropboxmq.transaction import LogStore
 
@@ -339,7 +340,7 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
     from dropboxmq import store
     from dropboxmq.errors import StoreError
     from dropboxmq.message import BytesMessage, Queue
-    from dropboxmq.session import Connection, Settings
+    from dropboxmq.connection import Connection, Settings
 
     root, q = tmp_path / "root", Queue("Q")
     with Connection(root, "a", Settings(poll_interval=0.002), create=True) as c:

@@ -18,7 +18,7 @@ from dropboxmq.layout import subscriptions_dir, topic_incoming
 from dropboxmq.lifecycle import State
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover
-from dropboxmq.session import Connection
+from dropboxmq.connection import Connection
 
 
 @pytest.fixture
@@ -403,7 +403,7 @@ def test_transacted_publish_all_copies_at_commit_none_on_rollback(root):
 
 
 def test_durable_subscription_redelivery_on_recover(root):
-    from dropboxmq.session import CLIENT_ACKNOWLEDGE
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
 
     with Connection(root, "c1", create=True) as conn:
         s = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)

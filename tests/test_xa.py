@@ -24,7 +24,7 @@ from dropboxmq import recovery, xa
 from dropboxmq.coordinator import Coordinator, CoordinatorError
 from dropboxmq.errors import IllegalStateError
 from dropboxmq.message import Queue
-from dropboxmq.session import Connection
+from dropboxmq.connection import Connection
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -368,7 +368,7 @@ def test_stress_random_kills_consumed_equals_inserted(tmp_path, pg_server, table
         print(f"\n[xa stress] {total} messages, {workers} workers, {kills} kill -9: "
               f"consumed={len(consumed)} rows={len(got)} distinct_rows={len(set(ids))}")
     assert kills > 0
-    from dropboxmq.session import from_wire
+    from dropboxmq.codec import from_wire
 
     consumed_ids = sorted(from_wire(n.split("~", 1)[-1]).message_id for n in consumed)
     diag = (f"dup consumed={sorted({i for i in consumed_ids if consumed_ids.count(i) > 1})} "

@@ -27,7 +27,8 @@ from dropboxmq.errors import (
 )
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.values import Property
-from dropboxmq.session import AckMode, Connection, Settings
+from dropboxmq.ackmode import AckMode
+from dropboxmq.connection import Connection, Settings
 
 ACK = {"auto": AckMode.AUTO_ACKNOWLEDGE, "client": AckMode.CLIENT_ACKNOWLEDGE,
        "dups_ok": AckMode.DUPS_OK_ACKNOWLEDGE, "transacted": AckMode.SESSION_TRANSACTED}

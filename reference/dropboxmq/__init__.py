@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
-    # from .session
+    # from .connection, .session, .producer, .consumer, .browser, .temporary, .ackmode
     "Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser", "MessageListener", "Settings",
     "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
     "TemporaryQueue", "TemporaryTopic",
@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
-_SOURCES = ("errors", "message", "session", "values")
+_SOURCES = ("errors", "message", "ackmode", "connection", "session", "producer", "consumer", "browser", "temporary",
+            "values")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
@@ -43,9 +44,13 @@ if TYPE_CHECKING:
                          RootNotFoundError, StoreError, TransactionRolledBackError)
     from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage,
                           Queue, StreamMessage, TextMessage, Topic)
-    from .session import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode,
-                          Body, Connection, MessageConsumer, MessageListener, MessageProducer, QueueBrowser, Session,
-                          Settings, TemporaryQueue, TemporaryTopic)
+    from .ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode
+    from .browser import QueueBrowser
+    from .connection import Connection, Settings
+    from .consumer import MessageConsumer, MessageListener
+    from .producer import Body, MessageProducer
+    from .session import Session
+    from .temporary import TemporaryQueue, TemporaryTopic
     from .values import Property, PropertyValue
 
 

@@ -178,7 +178,7 @@ def main(ctx: click.Context, root: Path, allow_network_fs: bool, quiet: bool) ->
 
 def _connect(ctx: click.Context, client_id: str | None = None, *, create: bool = False, settings: Any = None):
     """A connection to the root; ``create`` (the verb's --create) makes the root and the queue."""
-    from .session import Connection
+    from .connection import Connection
 
     if not create:
         require_root(ctx)  # the CLI's own one-line error, naming --root and $DROPBOXMQ_ROOT
@@ -519,9 +519,9 @@ def _print_message(msg, as_json: bool, state: str = "processing") -> None:
 
 def _check_selector(selector: str | None) -> None:
     """Parse the selector before touching the root, so a typo costs nothing."""
-    from .session import parse_selector
+    from .selector import selector_for
 
-    parse_selector(selector)  # InvalidSelectorError: one line, exit 1
+    selector_for(selector)  # InvalidSelectorError: one line, exit 1
 
 
 def _delimiter(ctx, param, value: str | None) -> bytes | None:
@@ -595,7 +595,7 @@ class _ConsumeRun:
     create: bool = False
 
     def settings(self) -> Any:
-        from .session import Settings
+        from .connection import Settings
 
         return None if self.max_deliveries is None else Settings(max_delivery_attempts=self.max_deliveries)
 
@@ -671,10 +671,10 @@ def receive(ctx, queue, selector, create, **options) -> None:
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import layout, topics
+    from . import layout, temporary
 
     queue = Queue(name)
-    if create or layout.queue_box(ctx.obj["root"], queue).exists() or topics.temporary_owner(name) is not None:
+    if create or layout.queue_box(ctx.obj["root"], queue).exists() or temporary.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
@@ -742,7 +742,7 @@ def _handle_each(ctx, run: _ConsumeRun, make_handler) -> None:
     JMS delivery count decides when it is dead-lettered instead).  A stop request (SIGTERM,
     Ctrl-C) takes no new message and lets the running handler finish within the grace."""
     from .graceful import HandlerRunner, StopSignals
-    from .session import CLIENT_ACKNOWLEDGE
+    from .ackmode import CLIENT_ACKNOWLEDGE
 
     done = 0
     failing: set[str] = set()  # ids whose last try failed
@@ -978,12 +978,12 @@ def browse(ctx, queue, state, selector, limit, as_json) -> None:
     """
     from . import layout
     from .operations import messages_in
-    from .session import parse_selector
+    from .selector import selector_for
 
     _check_selector(selector)
     dest = _known_queue(ctx, queue, create=False)
     if state != State.NEW.value:
-        matches = parse_selector(selector)
+        matches = selector_for(selector)
         box = layout.queue_box(require_root(ctx), dest)
         shown = 0
         for stored in messages_in(box, State(state)):

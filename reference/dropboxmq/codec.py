@@ -133,7 +133,6 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from .errors import MessageFormatError, NameTooLongError
-from .javanum import java_double_str, java_float_str, parse_java_float, parse_java_int
 from .message import (
     CLASS_LETTERS,
     DEFAULT_PRIORITY,
@@ -239,10 +238,10 @@ def _format_value(letter: str, value: Any) -> str:
         return "true" if value else "false"
     if letter in INT_BITS:
         return str(value)
-    if letter == "F":
-        return encode_field(java_float_str(value))
-    if letter == "D":
-        return encode_field(java_double_str(value))
+    if letter in ("F", "D"):  # Java's text of a float or double (cached with the pair: _encoded_pair)
+        from .javanum import java_double_str, java_float_str
+
+        return encode_field(java_float_str(value) if letter == "F" else java_double_str(value))
     return encode_field(value)
 
 
@@ -299,10 +298,14 @@ def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> st
 def _parse_value(letter: str, text: str) -> Property:
     if letter == "B":
         return Property("B", text.lower() == "true")  # Boolean.parseBoolean
-    if letter in INT_BITS:
+    if letter in INT_BITS:  # Java's number syntax (cached per field: _decoded_properties)
+        from .javanum import parse_java_int
+
         v = parse_java_int(text, INT_BITS[letter])
         return Property(letter, v) if v is not None else Property("S", text)
     if letter in ("F", "D"):
+        from .javanum import parse_java_float
+
         f = parse_java_float(text, letter == "F")
         return Property(letter, f) if f is not None else Property("S", text)
     return Property("S", text)

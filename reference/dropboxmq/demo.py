@@ -27,7 +27,7 @@ __all__ = ["run_demo"]
 
 
 def _produce(root: str, queue: str, run: str, index: int, count: int, results) -> None:
-    from .session import Connection
+    from .connection import Connection
 
     started = time.perf_counter()
     with Connection(root, create=True) as conn:
@@ -42,7 +42,7 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
 
 
 def _consume(root: str, queue: str, index: int, producers_done, results) -> None:
-    from .session import Connection
+    from .connection import Connection
 
     got: list[tuple[str, int, int]] = []  # (run, producer, seq) of each message received
     started = time.perf_counter()

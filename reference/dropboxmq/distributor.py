@@ -18,7 +18,9 @@ from typing import Callable, Iterator
 
 from . import codec, layout, topics
 from .message import DeliveryMode, Topic
-from .session import Connection, MessageConsumer, Settings, create_copy
+from .connection import Connection, Settings
+from .consumer import MessageConsumer
+from .producer import create_copy
 
 __all__ = ["POLL_SECONDS", "topics_with_incoming", "distribute_once", "distribute"]
 

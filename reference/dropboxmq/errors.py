@@ -1,9 +1,12 @@
 """Exceptions, named after their JMS counterparts where one exists."""
 
+import errno
+
 __all__ = [
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
     "InvalidSelectorError", "IllegalStateError", "RootNotFoundError", "QueueNotFoundError", "MessageFormatError", "TransactionRolledBackError",
     "TransactionInDoubtError", "NameTooLongError", "StoreError", "UnsupportedFileSystemError",
+    "store_error",
 ]
 
 
@@ -73,3 +76,18 @@ class StoreError(DropboxMQError):
 
 class UnsupportedFileSystemError(StoreError):
     pass
+
+
+def store_error(action: str, path: str, exc: OSError) -> StoreError:
+    reason = {
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.EROFS: "read-only file system",
+        errno.EIO: "input/output error",
+        errno.ENAMETOOLONG: "file name too long",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    err = StoreError(f"cannot {action} {path}: {reason}")
+    err.errno = exc.errno  # type: ignore[attr-defined]
+    return err

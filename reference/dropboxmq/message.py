@@ -11,7 +11,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar, overload
 
-from .bodies import decode_map, decode_stream, encode_map, encode_stream
 from .errors import InvalidDestinationError, MessageFormatError
 from .values import Property, PropertyValue
 
@@ -208,10 +207,14 @@ class MapMessage(Message):
 
     @property
     def map(self) -> dict[str, Any]:
+        from .bodies import decode_map  # (Map and Stream bodies: imported when first used)
+
         return decode_map(self.body)
 
     @map.setter
     def map(self, value: dict[str, Any]) -> None:
+        from .bodies import encode_map  # (Map and Stream bodies: imported when first used)
+
         self.body = encode_map(value)
 
 
@@ -223,10 +226,14 @@ class StreamMessage(Message):
 
     @property
     def items(self) -> list[Any]:
+        from .bodies import decode_stream  # (Map and Stream bodies: imported when first used)
+
         return decode_stream(self.body)
 
     @items.setter
     def items(self, value: list[Any]) -> None:
+        from .bodies import encode_stream  # (Map and Stream bodies: imported when first used)
+
         self.body = encode_stream(value)
 
 

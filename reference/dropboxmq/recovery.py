@@ -24,21 +24,31 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
-from . import claims, codec, layout
+from . import claims, codec, layout, retention
 from .clients import is_dead
 from .codec import from_wire, now_ms
-from .store import Dropbox, ensure_plain_dir
+from .store import Dropbox, NotARegularFile, ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished
-from .transaction import log_owner, logged_sends, pending_logs, recover_log, recover_owner
+from .log_lifecycle import LogState
+from .transaction import CorruptLogError, log_owner, logged_sends, pending_logs, recover_log
 
 log = logging.getLogger("dropboxmq")
 
-__all__ = ["RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name"]
+#: the entry-point group of the integrations' restart-time steps: ``step(root)`` finishes what
+#: its log decided and returns what still waits for a decision (the XA log's prepared branches).
+#: Found by name, not imported: the library never imports an integration.
+RECOVERY_STEPS = "dropboxmq.recovery"
+
+__all__ = [
+    "RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name",
+    "finish_dead_commits", "recover_owner", "housekeeping",
+]
 
 
 @dataclass
@@ -112,12 +122,11 @@ def recover(
                     report.errors.append(f"{path}: {exc}")
                     continue
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
-        from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
-
-        try:
-            report.xa_in_doubt = [str(x) for x in xa.recover(root)]
-        except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
-            report.errors.append(f"xa: {exc}")
+        for step in entry_points(group=RECOVERY_STEPS):  # the XA log: decided branches finished
+            try:
+                report.xa_in_doubt += [str(x) for x in step.load()(root)]  # prepared ones wait
+            except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
+                report.errors.append(f"{step.name}: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         report.unfinished_removed = sweep_unfinished(root, cutoff)
@@ -270,3 +279,56 @@ def reclaim_dead_owners(root: Path, box: Dropbox, assume_unknown_dead: bool = Fa
         if dead:
             moved += _give_back(box, pname, original)
     return moved
+
+
+def finish_dead_commits(root: Path) -> int:
+    """Roll forward every committed (``committing/``) transaction whose owner is dead, so that a
+    publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
+    an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
+    n = 0
+    for where, path in list(pending_logs(root, (LogState.COMMITTING,))):
+        try:
+            if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
+                n += 1
+        except (OSError, StoreError) as exc:
+            # One transaction that cannot be finished must not stop every consumer of the root:
+            # it stays in committing/ for `dropboxmq recover`, which reports it.
+            log.warning("cannot finish transaction %s yet: %s", path.name, exc)
+    return n
+
+
+def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
+    """recover_log, leaving alone (with a warning) what is no log of ours."""
+    try:
+        recover_log(root, where, path)
+    except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
+        log.warning("transaction log %s left alone: %s", path, exc)
+        return False
+    return True
+
+
+def recover_owner(root: Path, client_id: str) -> int:
+    """Finish every transaction of one dead client (before its processing/ entries are
+    redelivered: a committing log must ACK them, not see them redelivered).  Also run by a
+    connection that has just taken the client id's lock: every log of that id is then its
+    dead predecessor's (or its own, committed but left in doubt)."""
+    n = 0
+    for where, path in list(pending_logs(root)):
+        if log_owner(path.name) == client_id:
+            try:
+                if _recover_ours(root, where, path):
+                    n += 1
+            except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
+                log.warning("cannot finish transaction %s yet: %s", path.name, exc)
+    return n
+
+
+def housekeeping(root: Path, box: Dropbox, retention_seconds: float | None) -> None:
+    """What a connection runs for each dropbox it consumes from, every ``recovery_interval``
+    (``Connection.housekeeping``), so that no operator is needed: transactions a dead
+    publisher committed are finished (e.g. killed in mid fan-out), a dead consumer's claims
+    come back, and acknowledged and expired files older than the retention go."""
+    finish_dead_commits(root)
+    reclaim_dead_owners(root, box)
+    if retention_seconds is not None:
+        retention.prune(box, ["processed", "expired"], retention_seconds, root=root)

@@ -16,7 +16,7 @@ Python closures once and then evaluated per message:
 
 An empty, whitespace-only or ``None`` selector means "no selector": ``parse``
 returns a selector that matches every message (``.empty`` is True, its text is
-``''``); :func:`parse_optional` returns ``None`` for it instead.
+``''``); :func:`selector_for` returns ``None`` for it instead.
 
 Grammar (EBNF; keywords are case-insensitive, identifiers case-sensitive)
 -------------------------------------------------------------------------
@@ -148,6 +148,7 @@ all three terms are evaluated (0.4 µs when the first is false); parsing it
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import struct
@@ -160,7 +161,7 @@ from .errors import InvalidSelectorError
 from .message import DeliveryMode, Message
 from .values import Property
 
-__all__ = ["parse", "parse_optional", "Selector", "HEADER_FIELDS", "NULL_HEADERS"]
+__all__ = ["parse", "selector_for", "Selector", "HEADER_FIELDS", "NULL_HEADERS"]
 
 # ---------------------------------------------------------------- constants
 
@@ -1512,7 +1513,11 @@ def parse(text: Optional[str]) -> Selector:
     return Selector(text, ast)
 
 
-def parse_optional(text: Optional[str]) -> Optional[Selector]:
-    """Like parse, but ``None`` for an absent/empty selector (= no selector)."""
+@functools.lru_cache(maxsize=256)
+def selector_for(text: Optional[str]) -> Optional[Selector]:
+    """The selector every part of the library uses: ``parse``d once per text (a subscription's
+    selector is evaluated at every fan-out), ``None`` for an absent or blank one (= no selector)."""
+    if text is None or not text.strip():
+        return None
     sel = parse(text)
     return None if sel.empty else sel

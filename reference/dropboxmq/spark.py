@@ -51,8 +51,9 @@ job's client registration during the commit, so a driver killed inside it is a d
 
 *Streaming read*: the query is a client whose id is derived from its checkpoint location
 (``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` claims up to
-the read limit (``maxMessagesPerTrigger``; the claim of ``MessageConsumer._try_claim``: selector,
-delivery time, expiry, delivery count, rename into ``processing/<enc(client)>~<name>``) and records
+the read limit (``maxMessagesPerTrigger``) with the consumer's own claim step, ``claim.Claimer``
+(delivery order, selector, delivery time, expiry, delivery count, rename into
+``processing/<enc(client)>~<name>``) and records
 the processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
 atomically; the offset is ``{"seq": n}``.  ``partitions(start, end)`` reads the manifests, so a
 batch that Spark re-runs after a restart gets exactly the same messages (marked redelivered).
@@ -82,8 +83,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import errno
+import functools
 import hashlib
-import heapq
+import itertools
 import json
 import math
 import os
@@ -101,21 +104,28 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+
+try:  # Spark hands these writers Arrow record batches instead of one Row object a row
+    from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+except ImportError:  # an older pyspark 4: Rows (the writers take either)
+    DataSourceArrowWriter, DataSourceStreamArrowWriter = DataSourceWriter, DataSourceStreamWriter  # type: ignore[misc,assignment]
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import codec, ids, javanum, layout, topics
+from . import claims, codec, ids, javanum, layout, topics
 from .clients import Registration, hold_for_checkpoint
 from .errors import InvalidClientIDError, StoreError
 from .lifecycle import TERMINAL, Move, State
 from .message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
 from .values import Property, infer_letter
 from .codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
+from .claim import Claimer
 from .codec import from_wire, now_ms, to_wire
-from .decision import ClaimSettings, Verdict, decide
+from .decision import ClaimSettings
 from .recovery import reclaim_dead_owners
-from .session import selector_for
+from .selector import selector_for
 from .log_lifecycle import LogMove, LogState
+from .groupsync import sync_files
 from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
 from .transaction import (
     LogEntry,
@@ -128,7 +138,7 @@ from .transaction import (
 )
 
 __all__ = [
-    "SHORT_NAME", "SCHEMA", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
+    "SHORT_NAME", "SCHEMA", "COLUMNS", "WRITE_CHUNK_ROWS", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
     "DropboxMQStreamWriter", "DropboxMQStreamReader", "DropboxMQDataSource",
 ]
 
@@ -141,6 +151,8 @@ SCHEMA = (
     "properties map<string,string>, body binary, text string, typed_properties variant"
 )
 
+#: SCHEMA's column names, in order.
+COLUMNS = [column.split(" ", 1)[0] for column in SCHEMA.split(", ")]
 #: Columns of SCHEMA a writer ignores (they are stamped at send or describe a file).
 _STAMPED = {"state", "name", "message_id", "timestamp", "delivery_time", "delivery_count", "redelivered",
             "expiration"}
@@ -208,6 +220,15 @@ def _ts(ms: int | None) -> _dt.datetime | None:
         return None
 
 
+#: The milliseconds a Python datetime can hold (years 1 to 9999): _ts gives None outside them.
+_MIN_MS, _MAX_MS = -62135596800000, 253402300799999
+
+
+def _micros(ms: int | None) -> int | None:
+    """_ts as an Arrow timestamp: microseconds since the epoch, None where _ts gives None."""
+    return ms * 1000 if ms and _MIN_MS <= ms <= _MAX_MS else None
+
+
 def _prop_text(p: Property) -> str:
     v = p.value
     if isinstance(v, bool):
@@ -219,15 +240,22 @@ def _prop_text(p: Property) -> str:
     return str(v)
 
 
-def _header(state: State, name: str, now: int) -> Message:
+def _header(state: State, name: str, now: int, box: Dropbox | None = None) -> Message:
     """The headers a file name describes, as a consumer would see them in ``state``."""
     client, original = codec.split_processing_name(name)
     if state in (State.NEW, State.NOT_COMMITTED) or client is None:
         return from_wire(name, now)  # the delivery count the next claim gives it
+    if box is not None and (aliased := claims.original_name(box, name)) is not None:
+        original = aliased  # claimed under an alias (claims.py): the register names the message
     return from_wire(original, now, claimed=True)  # claimed names carry the current count
 
 
-def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
+#: Columns of SCHEMA holding a time: _values gives milliseconds, a row a datetime, Arrow microseconds.
+_TIME_COLUMNS = (4, 6, 7)
+
+
+def _values(state: State, name: str, msg: Message, body: bytes) -> list:
+    """One message's columns of SCHEMA, times as milliseconds since the epoch (0: none)."""
     letter = msg.class_letter
     text = None
     if letter == "T":
@@ -237,23 +265,37 @@ def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
             text = None
     reply = msg.reply_to
     props = {k: _prop_text(p) for k, p in msg.properties.items() if k != DELIVERY_COUNT_PROP}
-    return (
-        state.value, name, msg.message_id, msg.priority, _ts(msg.timestamp), CLASS_LETTERS.get(letter, letter),
-        _ts(msg.expiration), _ts(msg.delivery_time) if msg.delivery_time else None, msg.correlation_id,
+    return [
+        state.value, name, msg.message_id, msg.priority, msg.timestamp, CLASS_LETTERS.get(letter, letter),
+        msg.expiration, msg.delivery_time, msg.correlation_id,
         str(reply) if reply is not None else None, msg.jms_type, msg.delivery_mode.name,
         msg.delivery_count, msg.redelivered, props, body, text, _typed(msg),
-    )
+    ]
+
+
+def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
+    values = _values(state, name, msg, body)
+    for i in _TIME_COLUMNS:
+        values[i] = _ts(values[i])
+    return tuple(values)
 
 
 def _typed(msg: Message) -> Any:
     """The properties with their JMS types kept, as a VARIANT: numbers stay numbers and booleans
     booleans (``variant_get(typed_properties, '$.price', 'double')``).  Values JSON cannot hold
     (NaN, infinities) are absent here and present, as text, in ``properties``."""
-    from pyspark.sql.types import VariantVal
-
     values = {k: p.value for k, p in msg.properties.items()
               if k != DELIVERY_COUNT_PROP and not (isinstance(p.value, float) and not math.isfinite(p.value))}
-    return VariantVal.parseJson(json.dumps(values, allow_nan=False))
+    return _variant_of_json(json.dumps(values, allow_nan=False))
+
+
+@functools.lru_cache(maxsize=4096)
+def _variant_of_json(text: str) -> Any:
+    """VariantVal.parseJson (pure Python, ~0.1-0.4 ms) once per distinct property set: a
+    queue's messages mostly repeat a few (a VariantVal is immutable, so rows share one)."""
+    from pyspark.sql.types import VariantVal
+
+    return VariantVal.parseJson(text)
 
 
 class _Names(InputPartition):
@@ -279,33 +321,65 @@ def _default_partitions(options: Any, count: int) -> int:
     return max(1, min(16, count // 2000 + 1))
 
 
-def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
-    box = Dropbox(part.box)
+def _read_messages(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple[State, str, Message, bytes]]:
+    """(state, name, headers, body) of each message of ``part`` still there to read."""
+    box = Dropbox(part.box).hold_dirs()  # each body read by name in its held state directory
     now = now_ms()
-    for word, name in part.items:
-        state = _STATES_BY_WORD[word]
-        try:
-            body = box.read(state, name)
-        except FileNotFoundError:
-            continue  # moved since the listing (browse) -- never ours while claimed
-        except (NotARegularFile, OSError):
-            if dead_letter_unreadable and state is State.DELIVERED:
-                box.move(Move.DEAD_LETTER, State.DELIVERED, name)
-            continue
-        msg = _header(state, name, now)
-        if part.redelivered:  # delivered before, by the run that planned this batch
-            msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
+    try:
+        for word, name in part.items:
+            state = _STATES_BY_WORD[word]
+            try:
+                body = box.read(state, name)
+            except FileNotFoundError:
+                continue  # moved since the listing (browse) -- never ours while claimed
+            except (NotARegularFile, OSError):
+                if dead_letter_unreadable and state is State.DELIVERED:
+                    claims.finish(box, Move.DEAD_LETTER, name)
+                continue
+            msg = _header(state, name, now, box)
+            if part.redelivered:  # delivered before, by the run that planned this batch
+                msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
+            yield state, name, msg, body
+    finally:
+        box.close()
+
+
+def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
+    for state, name, msg, body in _read_messages(part, dead_letter_unreadable):
         yield _row(state, name, msg, body)
+
+
+#: Rows per Arrow record batch a read yields.
+_BATCH_ROWS = 10000
+
+
+def _read_batches(part: _Names, arrow_schema: Any, dead_letter_unreadable: bool) -> Iterator[Any]:
+    """_read_rows as Arrow record batches of ``arrow_schema`` (SCHEMA's): each column built as
+    one list and converted at once, instead of Spark converting every value of every row."""
+    import pyarrow as pa
+
+    messages = _read_messages(part, dead_letter_unreadable)
+    while chunk := list(itertools.islice(messages, _BATCH_ROWS)):
+        columns: list[list] = [list(c) for c in zip(*(_values(*m) for m in chunk), strict=True)]
+        for i in _TIME_COLUMNS:
+            columns[i] = [_micros(ms) for ms in columns[i]]
+        props, typed = 14, 17
+        columns[props] = [list(p.items()) for p in columns[props]]
+        columns[typed] = [{"value": v.value, "metadata": v.metadata} for v in columns[typed]]
+        arrays = [pa.array(values, type=field.type) for values, field in zip(columns, arrow_schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 # ---------------------------------------------------------------- batch read
 
 
 class DropboxMQBatchReader(DataSourceReader):
-    """A browse: lists on the driver, reads bodies in tasks, moves nothing."""
+    """A browse: lists on the driver, reads bodies in tasks, moves nothing.  Tasks yield Arrow
+    record batches when the schema is the data source's own (Spark's default)."""
 
-    def __init__(self, options: Any):
+    def __init__(self, options: Any, schema: StructType | None = None):
         self.root = _root(options)
+        self.schema = schema if schema is not None and schema.fieldNames() == COLUMNS else None
         self.box = _read_box(self.root, _destination(options))
         include = {w.strip().lower() for w in (options.get("include") or "").split(",") if w.strip()}
         if "all" in include:
@@ -316,7 +390,7 @@ class DropboxMQBatchReader(DataSourceReader):
                              "(processing, processed, expired, error, working, delayed, all)")
         self.include = include
         sel = options.get("selector")
-        self.selector = selector_for(sel) if sel and sel.strip() else None
+        self.selector = selector_for(sel)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
@@ -341,8 +415,12 @@ class DropboxMQBatchReader(DataSourceReader):
         return [_Names(str(self.box.path), c) for c in parts] or [_Names(str(self.box.path), [])]
 
     # Spark hands read() back the partitions partitions() made: narrower than the base class can say
-    def read(self, partition: _Names) -> Iterator[tuple]:  # type: ignore[override]
-        return _read_rows(partition, dead_letter_unreadable=False)
+    def read(self, partition: _Names) -> Iterator[Any]:  # type: ignore[override]
+        if self.schema is None:
+            return _read_rows(partition, dead_letter_unreadable=False)
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return _read_batches(partition, to_arrow_schema(self.schema, timezone="UTC"), dead_letter_unreadable=False)
 
 
 # ---------------------------------------------------------------- writing (shared by batch and stream)
@@ -364,6 +442,43 @@ def _task_identity() -> tuple[int, int, int]:
     if ctx is None:
         return 0, 0, 0
     return ctx.stageId(), ctx.partitionId(), ctx.attemptNumber()
+
+
+def _rows_of(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    """The written rows as dicts (column -> value): from Arrow record batches (what Spark gives
+    an Arrow writer; each column converted at once) or from Rows (an older Spark, tests)."""
+    for item in items:
+        if hasattr(item, "schema") and hasattr(item, "num_rows"):  # a pyarrow.RecordBatch
+            yield from _batch_rows(item)
+        else:
+            yield item.asDict(recursive=False) if hasattr(item, "asDict") else dict(item)
+
+
+def _batch_rows(batch: Any) -> Iterator[dict[str, Any]]:
+    """One record batch's rows, with the values a Row would hold: a map as a dict, a VARIANT
+    (a struct of value and metadata in Arrow) as a VariantVal."""
+    import pyarrow as pa
+    from pyspark.sql.types import VariantVal
+
+    columns = []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        values = column.to_pylist()
+        if pa.types.is_map(field.type):
+            values = [None if v is None else dict(v) for v in values]
+        elif _is_variant(field.type):
+            values = [None if v is None else VariantVal(v["value"], v["metadata"]) for v in values]
+        columns.append(values)
+    names = batch.schema.names
+    for values in zip(*columns, strict=True):
+        yield dict(zip(names, values, strict=True))
+
+
+def _is_variant(arrow_type: Any) -> bool:
+    """Spark's Arrow form of a VARIANT: a struct of value and metadata, marked variant."""
+    import pyarrow as pa
+
+    return pa.types.is_struct(arrow_type) and {f.name for f in arrow_type} == {"value", "metadata"} and any(
+        (f.metadata or {}).get(b"variant") == b"true" for f in arrow_type)
 
 
 def _message_from_row(row: Any, ttl_default: float) -> tuple[Message, float]:
@@ -447,31 +562,60 @@ class _Attempt(WriterCommitMessage):
         self.count = count
 
 
+#: Rows a task takes at a time: their sends are logged in one write, then their files created.
+WRITE_CHUNK_ROWS = 1000
+
+
 def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[Any], durable: bool,
                 ttl: float, fail_after: int = -1) -> _Attempt:
-    """Create every message in working/, each recorded in this attempt's log before its file exists."""
+    """Create every message in working/, each recorded in this attempt's log before its file
+    exists: a chunk of rows at a time, its sends logged in one write, then its files created.
+    ``durable``: one group commit for the task (store.sync_files: the log and every persistent
+    file together), not an fsync a file."""
     ensure_layout(root)
     stage, part, attempt = _task_identity()
     # unique per attempt even across driver restarts and zombie attempts
     log = TransactionLog(root, client_id, f"{tag}.s{stage}p{part}a{attempt}.{uuid.uuid4().hex[:6]}", 0)
+    topic = dest.startswith("topic:")
+    # a queue's dropbox is the same for every row: its directories held, files created by name
+    queue_boxes = None if topic else [layout.queue_box(root, Queue(dest)).ensure().hold_dirs()]
     n = 0
+    to_sync: list[str] = []
+    sync_bytes = 0
+    rows = _rows_of(rows)
     try:
-        for row in rows:
-            if n == fail_after and attempt == 0:  # fault injection (tests): the first attempt dies
-                raise RuntimeError(f"dropboxmq: injected failure of task attempt {stage}.{part}.{attempt}")
-            msg, msg_ttl = _message_from_row(row, ttl)
-            name = _stamp(msg, msg_ttl)
-            for box in _write_boxes(root, dest, msg):
-                log.record("send", box, name)
+        for first in itertools.count(0, WRITE_CHUNK_ROWS):
+            chunk = list(itertools.islice(rows, WRITE_CHUNK_ROWS))
+            if not chunk:
+                break
+            sends: list[tuple[Dropbox, str, Message]] = []
+            for i, row in enumerate(chunk, first):
+                if i == fail_after and attempt == 0:  # fault injection (tests): the first attempt dies
+                    raise RuntimeError(f"dropboxmq: injected failure of task attempt {stage}.{part}.{attempt}")
+                msg, msg_ttl = _message_from_row(row, ttl)
+                name = _stamp(msg, msg_ttl)
+                sends.extend((box, name, msg) for box in (queue_boxes or _write_boxes(root, dest, msg)))
+            log.record_many("send", [(box, name) for box, name, _ in sends])
+            for box, name, msg in sends:
                 try:
-                    box.create(name, msg.body, durable and msg.delivery_mode == DeliveryMode.PERSISTENT)
+                    box.create(name, msg.body, False)
                 except StoreError as exc:
-                    if dest.startswith("topic:") and getattr(exc, "errno", None) == 2:
+                    if topic and getattr(exc, "errno", None) == errno.ENOENT:
                         continue  # subscription removed while we publish
                     raise
                 n += 1
+                if durable and msg.delivery_mode == DeliveryMode.PERSISTENT:
+                    to_sync.append(box.file(State.NOT_COMMITTED, name))
+                    sync_bytes += len(msg.body)
+    except BaseException:
+        log.close(durable)  # the log names every file of this attempt, durably: a rollback finds them
+        raise
     finally:
-        log.close(durable)  # the log names every file of this attempt, durably
+        for box in queue_boxes or ():
+            box.close()
+    log.close(False)
+    if durable and log.entries:  # group commit: the log and every persistent file, durable together
+        sync_files(root, [str(log.path), *to_sync], sync_bytes)
     return _Attempt(log.name, n)
 
 
@@ -511,7 +655,7 @@ def _entries_of(root: Path, messages: list[Any]) -> tuple[list[LogEntry], set[st
     return entries, names
 
 
-class DropboxMQBatchWriter(DataSourceWriter):
+class DropboxMQBatchWriter(DataSourceArrowWriter):
     """The whole write job is one transaction (see the module docstring)."""
 
     def __init__(self, options: Any):
@@ -535,8 +679,7 @@ class DropboxMQBatchWriter(DataSourceWriter):
         try:
             entries, committed = _entries_of(self.root, messages)
             log = TransactionLog(self.root, self.client_id, "commit", 0)
-            for e in entries:
-                log.record(e.kind, Dropbox(self.root / e.box), e.name)
+            log.record_entries(entries)
             log.commit(durable=self.durable)  # point of no return inside; SEND all; fsync target/s
             # every other attempt (failed, retried, speculative) is rolled back; the committed
             # ones' logs are just dropped (their files were SENT: DISCARD would be a no-op)
@@ -563,7 +706,7 @@ def _checkpoint_hash(options: Any, what: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
 
 
-class DropboxMQStreamWriter(DataSourceStreamWriter):
+class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
     """Each micro-batch is one transaction, committed at most once per batch id."""
 
     def __init__(self, options: Any):
@@ -606,8 +749,7 @@ class DropboxMQStreamWriter(DataSourceStreamWriter):
             entries, _ = _entries_of(self.root, messages)
             log = TransactionLog(self.root, self.client_id, f"b{batchId}", 0)
             log.open()  # even empty: the proof that this batch id is committed
-            for e in entries:
-                log.record(e.kind, Dropbox(self.root / e.box), e.name)
+            log.record_entries(entries)
             log.close(True)
             store.move(LogState.ASSOCIATED, LogMove.COMMIT, name)
             # ---- point of no return ----
@@ -675,16 +817,16 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 0)
         self.max_attempts = int(options.get("maxDeliveryAttempts") or 10)
         self.recovery_interval = float(options.get("recoveryInterval") or 2.0)
+        self.scan_interval = float(options.get("scanInterval") or 0.25)  # as Settings.scan_interval
         sel = options.get("selector")
         self.selector_text = sel if sel and sel.strip() else None
         self.options = options
         self.dir = _streams_dir(self.root, self.client_id)
         self._registration: Registration | None = None
         self._last_recovery = -1e9
-        self._skip: set[str] = set()
+        self._claimer: Claimer | None = None  # the claim step, the consumer's (made with the registration)
         self._spark_committed: int | None = None  # the last batch of commits/ already acknowledged
         self._planned: set[int] = set()  # manifests this run wrote (others are replays: redelivered)
-        self._target: set[str] | None = None  # availableNow: the backlog present at its start
 
     # --- the query's client identity, taken on first use (the driver's long-lived reader)
     def _ensure_registered(self) -> None:
@@ -702,6 +844,10 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 if time.monotonic() > deadline:
                     raise  # the same checkpoint is in use by a live query
                 time.sleep(0.2)  # a killed predecessor's process may still be exiting
+        # claims, acks and redeliveries name files relative to the held state directories
+        selector = selector_for(self.selector_text)
+        self._claimer = Claimer(self.box.hold_dirs(), self.client_id, ClaimSettings(selector, self.max_attempts),
+                                self.scan_interval)
         self._commit_what_spark_committed()  # the sink has them: acknowledge
         self._return_unplanned()  # claimed, but never part of a batch Spark logged: redeliver
 
@@ -744,7 +890,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """availableNow: drain what is in the dropbox now (in batches of the read limit), then
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
-        self._target = set(self.box.list(State.NEW))
+        assert self._claimer is not None
+        self._claimer.limit_to(set(self.box.list(State.NEW)))
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()
@@ -763,48 +910,17 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._offset(seq + 1)
 
     def _claim(self, cap: int) -> list[str]:
-        """Claim up to ``cap`` messages exactly as MessageConsumer._try_claim does."""
-        box = self.box
+        """Claim up to ``cap`` messages with the consumer's claim step (``claim.Claimer``):
+        the same delivery order, verdicts and moves as ``MessageConsumer.receive``."""
+        assert self._claimer is not None  # made by _ensure_registered
         mono = time.monotonic()
         if mono - self._last_recovery > self.recovery_interval:
             self._last_recovery = mono
-            reclaim_dead_owners(self.root, box)
-        names = box.list(State.NEW)
-        self._skip &= set(names)
-        names = [n for n in names if n not in self._skip]
-        if self._target is not None:
-            names = [n for n in names if n in self._target]
-        if cap < len(names) // 2:  # a big backlog: only the head of the delivery order
-            names = heapq.nsmallest(cap * 2 + 64, names, key=codec.sort_key)
-        else:
-            names.sort(key=codec.sort_key)
-        selector = selector_for(self.selector_text) if self.selector_text else None
+            reclaim_dead_owners(self.root, self.box)
+        claimer = self._claimer
         out: list[str] = []
-        now = now_ms()
-        policy = ClaimSettings(selector, self.max_attempts)
-        for name in names:
-            if len(out) >= cap:
-                break
-            verdict, _, _, claimed, _, dead_letter = decide(name, now, policy)
-            if verdict is Verdict.SKIP:
-                self._skip.add(name)
-                continue
-            if verdict is Verdict.DEFER:
-                continue
-            if verdict is Verdict.EXPIRE:
-                box.move(Move.EXPIRE, State.NEW, name)
-                continue
-            pname = codec.processing_name(self.client_id, claimed)
-            try:
-                if not box.move(Move.CLAIM, State.NEW, name, pname):
-                    continue  # lost the race
-            except StoreError:
-                self._skip.add(name)
-                continue
-            if dead_letter:
-                box.move(Move.DEAD_LETTER, State.DELIVERED, pname)
-                continue
-            out.append(pname)
+        while len(out) < cap and (claim := claimer.claim_next()) is not None:
+            out.append(claim.processing_name)
         return out
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -828,7 +944,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         touched = False
         for seq in done:
             for pname in self._manifest(seq):
-                touched |= self.box.move(Move.ACK, State.DELIVERED, pname)
+                touched |= claims.finish(self.box, Move.ACK, pname)
         if touched:
             sync_many([(self.box, State.ACKNOWLEDGED)])
         for seq in done:
@@ -893,6 +1009,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _redeliver(self, pname: str) -> None:
         _, original = codec.split_processing_name(pname)
+        original = claims.original_name(self.box, pname) or original  # an alias goes back under its name
         try:
             self.box.move(Move.REDELIVER, State.DELIVERED, pname, original)
         except FileNotFoundError:
@@ -907,6 +1024,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._registration is not None:
             self._registration.release()
             self._registration = None
+        self._claimer = None
+        self.box.close()
 
 
 # ---------------------------------------------------------------- the data source
@@ -923,7 +1042,7 @@ class DropboxMQDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DropboxMQBatchReader(self.options)
+        return DropboxMQBatchReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

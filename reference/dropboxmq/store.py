@@ -24,24 +24,22 @@ import itertools
 import os
 import stat
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterable, TypeVar
 
-from .errors import StoreError, UnsupportedFileSystemError
+from .codec import MAX_NAME_BYTES
+from .errors import StoreError, UnsupportedFileSystemError, store_error
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
-    "MAX_NAME_BYTES", "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
+    "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
     "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
-    "ensure_plain_dir", "is_real_dir", "iter_dropboxes", "sync_file_system", "sync_many",
-    "unwritten_bytes", "group_sync_method", "sync_files", "fsync_files",
+    "ensure_plain_dir", "is_real_dir", "sync_many",
+    
 ]
 
-MAX_NAME_BYTES = 255
 _T = TypeVar("_T")
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -153,21 +151,6 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _store_error(action: str, path: str, exc: OSError) -> StoreError:
-    reason = {
-        errno.ENOSPC: "no space left on device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "operation not permitted",
-        errno.EROFS: "read-only file system",
-        errno.EIO: "input/output error",
-        errno.ENAMETOOLONG: "file name too long",
-    }.get(exc.errno or 0, exc.strerror or str(exc))
-    err = StoreError(f"cannot {action} {path}: {reason}")
-    err.errno = exc.errno  # type: ignore[attr-defined]
-    return err
 
 
 class Dropbox:
@@ -337,7 +320,7 @@ class Dropbox:
                     raise
                 fd = os.open(path, _O_CREATE, 0o644)
         except OSError as exc:
-            raise _store_error("create", path, exc) from exc
+            raise store_error("create", path, exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 _write_all(fd, body)
@@ -348,7 +331,7 @@ class Dropbox:
         except OSError as exc:
             os.close(fd)
             _unlink_quietly(path)
-            raise _store_error("write", path, exc) from exc
+            raise store_error("write", path, exc) from exc
         os.close(fd)
 
     # --- every rename of the table
@@ -379,7 +362,7 @@ class Dropbox:
             except FileNotFoundError:
                 return False
             except OSError as exc:
-                raise _store_error("delete", src, exc) from exc
+                raise store_error("delete", src, exc) from exc
             return True
         if destination not in plain:
             self._check_plain(destination)
@@ -410,7 +393,7 @@ class Dropbox:
             raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
                              f"{self.file(destination, dst_name)} already exists") from None
         except OSError as exc:
-            raise _store_error(move.name.lower(), self.file(source, name), exc) from exc
+            raise store_error(move.name.lower(), self.file(source, name), exc) from exc
         if durable:
             self.sync(destination)
         return True
@@ -440,7 +423,7 @@ class Dropbox:
             except FileNotFoundError:
                 return False
             except OSError as exc:
-                raise _store_error(what, src, exc) from exc
+                raise store_error(what, src, exc) from exc
         raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
@@ -732,143 +715,16 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def iter_dropboxes(root: Path) -> Iterator[tuple[str, Dropbox]]:
-    """Every queue dropbox under ``root``: (queue name, dropbox)."""
-    try:
-        names = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return
-    for name in names:
-        if name.startswith(".") or name in ("dropboxmq", "topic-root"):
-            continue
-        box = Dropbox(Path(root) / name / "incoming")
-        if is_real_dir(Path(root) / name) and box.exists():
-            yield name, box
-
-
-_syncfs = getattr(_libc, "syncfs", None)
-
-
-def sync_file_system(path: Path | str) -> None:
-    """Make everything written to ``path``'s file system durable in one go: the group
-    commit of a batch (one journal commit instead of one fsync per file).  syncfs(2)
-    where the C library has it, else sync(2)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if _syncfs is not None:
-            _syncfs.argtypes = [ctypes.c_int]
-            if _syncfs(fd) == 0:
-                return
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), str(path))
-        os.sync()
-    finally:
-        os.close(fd)
-
-
-def unwritten_bytes() -> int | None:
-    """Data written by anyone and not yet on disk, system-wide: Dirty + Writeback of
-    /proc/meminfo (None where there is no such file)."""
-    total = 0
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith((b"Dirty:", b"Writeback:")):
-                    total += int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return total
-
-
-#: syncfs(2) writes every unwritten page of the file system, not only the batch's: another
-#: program's gigabyte would be the batch's wait.  Past this much unwritten data that is not the
-#: batch's, per file of the batch, fsyncing the batch's own files side by side is cheaper (on the
-#: 2-core ext4 machine, batches of 100 small files, medians: syncfs 43-55 µs a message on a quiet
-#: file system, 410-470 µs with 3,000 small files of another writer unwritten; 16 parallel
-#: fsyncs 81-102 µs either way: break-even near 13 KiB of others' data a file).
-SYNCFS_OTHERS_BYTES_PER_FILE = 12 * 1024
-_PAGE = 4096
-
-
-def group_sync_method(unwritten: int | None, own_bytes: int, files: int) -> str:
-    """"syncfs" or "fsync" (each file): how to make a batch of ``files`` new files holding
-    ``own_bytes`` durable when ``unwritten`` bytes await writing system-wide (None: unknown)."""
-    if unwritten is None:
-        return "syncfs"
-    own = own_bytes + _PAGE * files  # each file's last page is whole on disk
-    return "syncfs" if unwritten - own <= SYNCFS_OTHERS_BYTES_PER_FILE * files else "fsync"
-
-
-_fsync_pool: tuple[int, ThreadPoolExecutor] | None = None
-_fsync_pool_lock = threading.Lock()
-_FSYNC_THREADS = 16  # enough fsyncs in flight for the journal to commit them together (8: ~1.5x slower)
-
-
-def _pool() -> ThreadPoolExecutor:
-    """The fsync threads of this process (a forked child makes its own: threads do not fork)."""
-    global _fsync_pool
-    with _fsync_pool_lock:
-        if _fsync_pool is None or _fsync_pool[0] != os.getpid():
-            _fsync_pool = (os.getpid(), ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="dropboxmq-fsync"))
-        return _fsync_pool[1]
-
-
-def _fsync_path(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return  # gone (a subscription removed meanwhile): nothing of it to make durable
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, path) from exc  # which file of the batch
-    finally:
-        os.close(fd)
-
-
-def fsync_files(paths: list[str]) -> None:
-    """fsync every file (or directory) in ``paths``, several at a time: a journaling file system
-    commits the fsyncs in flight together, so the batch costs a few journal commits, not one a
-    file.  A path gone meanwhile is skipped; the first failure (OSError) is raised once all have
-    finished."""
-    if len(paths) == 1:
-        _fsync_path(paths[0])
-        return
-    pool = _pool()
-    futures = [pool.submit(_fsync_path, p) for p in paths]
-    errors = [e for e in (f.exception() for f in futures) if e is not None]
-    if errors:
-        raise errors[0]
-
-
-def sync_files(root: Path | str, paths: list[str], own_bytes: int) -> str:
-    """Make ``paths`` (files just written under ``root``, ``own_bytes`` of data in all)
-    durable as one group commit: one syncfs of ``root``'s file system while little else is
-    unwritten, else fsync each file (:func:`group_sync_method`).  Returns which was done."""
-    method = group_sync_method(unwritten_bytes(), own_bytes, len(paths))
-    try:
-        _sync_by(method, root, paths)
-    except OSError as exc:
-        raise _store_error(method, exc.filename or str(root), exc) from exc
-    return method
-
-
-def _sync_by(method: str, root: Path | str, paths: list[str]) -> None:
-    """Carry out :func:`group_sync_method`'s choice for ``paths`` on ``root``'s file system."""
-    if method == "syncfs":
-        sync_file_system(root)
-    else:
-        fsync_files(paths)
-
-
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
     """Make renames into the given state directories durable: fsync each distinct directory
     once; past two directories (a fan-out, a transaction over many dropboxes), one syncfs of
     their file system (one root is one file system: renames need that) while little else is
-    unwritten, else the directories' fsyncs side by side (see :func:`group_sync_method`)."""
+    unwritten, else the directories' fsyncs side by side (see ``groupsync.group_sync_method``)."""
     dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
     if len(dirs) > 2:
-        _sync_by(group_sync_method(unwritten_bytes(), 0, len(dirs)), dirs[0], dirs)
+        from .groupsync import sync_by_method  # (a fan-out, a transaction over many dropboxes)
+
+        sync_by_method(dirs[0], dirs)
         return
     for d in dirs:
         try:

@@ -45,13 +45,13 @@ from .message import Message, Topic, name_bytes
 from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .session import Connection
+    from .connection import Connection
 
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
     "ancestors", "find_by_name", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished", "TEMP_PREFIX", "temporary_name", "temporary_owner",
+    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
 ]
 
 log = logging.getLogger(__name__)
@@ -351,7 +351,7 @@ def _refuse_pending_work(conn: "Connection", sub: Subscription, name: str) -> No
 
 def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client: str | None) -> list[Dropbox]:
     """The subscriptions that get a copy of ``header`` published on ``topic``."""
-    from .session import selector_for
+    from .selector import selector_for
 
     boxes = []
     for t in ancestors(topic):
@@ -370,7 +370,8 @@ def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client:
                 continue
             if info.selector:
                 try:
-                    selected = selector_for(info.selector).matches(header)
+                    sel = selector_for(info.selector)
+                    selected = sel is None or sel.matches(header)
                 except InvalidSelectorError as exc:  # a well-formed file with a bad selector: its own problem
                     log.warning("publish skips %s: its selector %r does not parse: %s", sub.path, info.selector, exc)
                     continue
@@ -429,15 +430,3 @@ def sweep_unfinished(root: Path, cutoff: float) -> int:
 
 
 # ---------------------------------------------------------------- temporary destinations
-
-TEMP_PREFIX = "dropboxmq-temp~"
-
-
-def temporary_name(client_id: str) -> str:
-    return f"{TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"
-
-
-def temporary_owner(name: str) -> str | None:
-    if not name.startswith(TEMP_PREFIX):
-        return None
-    return codec.decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])

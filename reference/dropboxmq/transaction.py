@@ -33,13 +33,14 @@ from . import claims, codec
 from .errors import StoreError, TransactionInDoubtError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
+from .groupsync import sync_files
 from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, replace_durably, sync_files, sync_many)
+                    read_regular_file, rename_noreplace, replace_durably, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
-    "read_log", "pending_logs", "logged_sends", "recover_log", "finish_dead_commits", "recover_owner",
+    "read_log", "pending_logs", "logged_sends", "recover_log",
 ]
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,39 @@ class TransactionLog:
         assert self._fd is not None
         os.write(self._fd, (entry.to_json() + "\n").encode("utf-8"))
         self.entries.append(entry)
+
+    def record_many(self, kind: str, files: list[tuple[Dropbox, str]], size: int = 0) -> None:
+        """:meth:`record` for many (dropbox, name) in one write (``size``: their bodies' bytes
+        in all): a bulk send logs a batch before it creates any of its files."""
+        self._append([LogEntry(kind, self._relative(box), name) for box, name in files], size)
+
+    def record_entries(self, entries: list[LogEntry]) -> None:
+        """Append entries read from other logs (a Spark job gathering its tasks' logs) in one write."""
+        self._append(entries, 0)
+
+    def _relative(self, box: Dropbox) -> str:
+        key = str(box.path)
+        rel = self._rel.get(key)
+        if rel is None:
+            rel = self._rel[key] = os.path.relpath(key, self.root)
+        return rel
+
+    def _append(self, entries: list[LogEntry], size: int) -> None:
+        if not entries:
+            return
+        self.open()
+        assert self._fd is not None
+        data = "".join(e.to_json() + "\n" for e in entries).encode("utf-8")
+        written = os.write(self._fd, data)
+        while written < len(data):  # (a regular file takes the whole write; a full disk raises)
+            written += os.write(self._fd, data[written:])
+        self._sent_bytes += size
+        self.entries.extend(entries)
+
+    @property
+    def path(self) -> Path:
+        """Where the log is while its transaction is open (associated/)."""
+        return self.store.path(_L.ASSOCIATED, self.name)
 
     def close(self, sync: bool) -> None:
         if self._fd is not None:
@@ -423,47 +457,3 @@ def recover_log(root: Path, where: LogState, path: Path) -> str:
         outcome = "rolled back"
     LogStore(root).move(where, _LM.RECOVER, path.name, missing_ok=True)
     return outcome
-
-
-def finish_dead_commits(root: Path) -> int:
-    """Roll forward every committed (``committing/``) transaction whose owner is dead, so that a
-    publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
-    an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
-    from .clients import is_dead
-
-    n = 0
-    for where, path in list(pending_logs(root, (_L.COMMITTING,))):
-        try:
-            if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
-                n += 1
-        except (OSError, StoreError) as exc:
-            # One transaction that cannot be finished must not stop every consumer of the root:
-            # it stays in committing/ for `dropboxmq recover`, which reports it.
-            log.warning("cannot finish transaction %s yet: %s", path.name, exc)
-    return n
-
-
-def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
-    """recover_log, leaving alone (with a warning) what is no log of ours."""
-    try:
-        recover_log(root, where, path)
-    except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
-        log.warning("transaction log %s left alone: %s", path, exc)
-        return False
-    return True
-
-
-def recover_owner(root: Path, client_id: str) -> int:
-    """Finish every transaction of one dead client (before its processing/ entries are
-    redelivered: a committing log must ACK them, not see them redelivered).  Also run by a
-    connection that has just taken the client id's lock: every log of that id is then its
-    dead predecessor's (or its own, committed but left in doubt)."""
-    n = 0
-    for where, path in list(pending_logs(root)):
-        if log_owner(path.name) == client_id:
-            try:
-                if _recover_ours(root, where, path):
-                    n += 1
-            except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
-                log.warning("cannot finish transaction %s yet: %s", path.name, exc)
-    return n

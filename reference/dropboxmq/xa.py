@@ -77,12 +77,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import claims, codec
+from .codec import MAX_NAME_BYTES
 from .clients import is_dead, registration_path
 from .errors import DropboxMQError, IllegalStateError
 from .lifecycle import State
 from .log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
-from .session import AckMode, Session
-from .store import MAX_NAME_BYTES, Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
+from .ackmode import AckMode
+from .session import Session
+from .store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
 from .transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
 
 __all__ = [

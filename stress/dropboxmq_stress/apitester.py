@@ -54,7 +54,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, inva
                                  precondition, rule)
 
 from dropboxmq import TextMessage, codec, ids
-from dropboxmq.session import selector_for
+from dropboxmq.selector import selector_for
 
 __all__ = ["MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
            "register_profiles", "main"]
@@ -690,7 +690,7 @@ class APIModel(RuleBasedStateMachine):
             msg.set_property(k, v)
         matching = set()
         for sub in self.subs.values():
-            if sub.topic not in ancestors or not (sub.selector is None or selector_for(sub.selector).matches(msg)):
+            if sub.topic not in ancestors or not ((sel := selector_for(sub.selector)) is None or sel.matches(msg)):
                 continue
             if sub.no_local and sub.owner == publisher:
                 continue

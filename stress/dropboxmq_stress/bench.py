@@ -318,7 +318,8 @@ def floor(bench: Bench, mode: str, round_: int) -> None:
 
 def os_floor(bench: Bench, mode: str, round_: int, impl: str) -> None:
     """create/write/close/rename (send), rename (claim), read, rename (ack) per message, in os calls."""
-    from dropboxmq.store import rename_noreplace, sync_file_system
+    from dropboxmq.groupsync import sync_file_system
+    from dropboxmq.store import rename_noreplace
 
     base = bench.root / f"{impl}-{mode}-{round_}"
     dirs = _floor_dirs(base)
@@ -374,7 +375,7 @@ class Reference:
 
     def __init__(self, bench: Bench, round_: int):
         from dropboxmq.message import DeliveryMode, Queue, TextMessage
-        from dropboxmq.session import Connection
+        from dropboxmq.connection import Connection
 
         self.bench, self.Queue, self.TextMessage = bench, Queue, TextMessage
         self.P, self.NP = DeliveryMode.PERSISTENT, DeliveryMode.NON_PERSISTENT
@@ -618,7 +619,7 @@ def backlog_name_parts() -> tuple[str, str]:
     """(prefix, suffix) of a NON_PERSISTENT TextMessage's file name around its numeric id,
     from the codec itself: name = prefix + <ms*1000+counter> + "-" + <10 digits> + suffix."""
     from dropboxmq.message import DeliveryMode, TextMessage
-    from dropboxmq.session import to_wire
+    from dropboxmq.codec import to_wire
 
     m = TextMessage(body=b"")
     m.message_id, m.timestamp = "ID:1000000000000000-0000000000", 1_000_000_000_000
@@ -658,7 +659,7 @@ def _label_n(n: int) -> str:
 
 def backlog_phase(bench: Bench, backlogs: list[int], sample: int, budget: float, console: Console) -> None:
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     root = bench.root / "backlog"
     conn = Connection(root, "backlog", create=True)
@@ -765,7 +766,7 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
 
 def _consumer_worker(root: str, queue: str, client: str, barrier, results) -> None:
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client, create=True)
     session = conn.create_session()
@@ -791,7 +792,7 @@ def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> Non
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     root = bench.root / "consumers"
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, "mc-setup", create=True)
     session = conn.create_session()
@@ -841,7 +842,7 @@ def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> Non
 _MEMORY_CHILD = """
 import sys
 from dropboxmq.message import BytesMessage, DeliveryMode, Queue
-from dropboxmq.session import Connection
+from dropboxmq.connection import Connection
 
 def peak():  # high-water mark of this process's resident memory, bytes: VmHWM, which starts
     # afresh at exec (ru_maxrss does not: it keeps the forking bench's, often far higher)

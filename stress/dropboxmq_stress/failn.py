@@ -38,7 +38,7 @@ QUEUE = "failn"
 
 def _setup(root: Path, n: int) -> list[str]:
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     values = [f"setup-{i}" for i in range(n)]
     with Connection(root, client_id="setup", create=True) as conn:
@@ -53,7 +53,8 @@ def _setup(root: Path, n: int) -> list[str]:
 
 def _child(op: str, action: str, n: int, rename_path: str, root: str, hist_dir: str, result: str) -> None:
     from dropboxmq.message import DeliveryMode, Queue
-    from dropboxmq.session import AckMode, Connection, Settings
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection, Settings
 
     from .workload import parse_body
 

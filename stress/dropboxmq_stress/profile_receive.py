@@ -23,7 +23,7 @@ import click
 
 def profile(messages: int, top: int) -> str:
     from dropboxmq.message import DeliveryMode, Queue, TextMessage
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     root = Path(tempfile.mkdtemp(prefix="dropboxmq-profile-"))
     try:

@@ -46,7 +46,7 @@ _CLIENT = "layers"
 def _fill(root: Path, messages: int, size: int):
     """A connection whose queue ``q`` holds ``messages`` non-persistent messages."""
     from dropboxmq.message import DeliveryMode, Queue, TextMessage
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, _CLIENT, create=True)
     session = conn.create_session()

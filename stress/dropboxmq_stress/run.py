@@ -352,7 +352,7 @@ def run_profile(cases: list[Case], out: Path, scratch: Path | None = None, html:
     # import the library once, up front: workers are forked from here, and a tree being
     # edited while a long run goes on must not change the code under test half-way
     import dropboxmq.recovery  # noqa: F401
-    import dropboxmq.session  # noqa: F401
+    import dropboxmq.connection  # noqa: F401 (and the session, producer and consumer)
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,32 +1,57 @@
-"""The figures of README's Spark section: the ``dropboxmq`` data source in ``local[2]``.
+"""The figures of README's Spark section: the ``dropboxmq`` data source in ``local[2]``, each set
+side by side with what it competes with, measured in the same run (load on the shared machine
+weighs on both sides of a ratio alike).
 
-Run: ``python -m dropboxmq_stress.spark_bench [--messages N]`` (``make bench`` runs it).
+Run: ``python -m dropboxmq_stress.spark_bench [--messages N [N ...]] [--json PATH]`` (``make bench``
+runs it with the default sizes).
 
-Each figure is messages per second of one Spark action on a fresh queue of N messages (default
-20,000), timed from the call to its end, the session already started: batch write (one
-transaction, durable and ``durable=false``), browse (batch read, ``count()``), and a streaming
-``availableNow`` run (claim + read + ack, 1,000 a batch) into Parquet.
+For each size N (messages of 100 bytes, one integer property), on fresh queues, timed from the
+call to its end with the session already started and warmed up (a small untimed run of each action):
+
+* **write**: a batch write with ``durable=false`` (one transaction, two tasks) against the
+  library's own send of the same messages in one process (``send_many`` of 1,000,
+  non-persistent: no fsync either).  The durable batch write is reported too (no goal).
+* **browse**: a batch read of the queue (every body read: ``sum(length(body))``) against Spark's
+  own ``binaryFile`` source reading the same files (``sum(length(content))``).
+* **drain**: a streaming ``trigger(availableNow=True)`` run into Parquet (claim + read + write +
+  ack, ``maxMessagesPerTrigger`` a batch) against the library's receive of an identical twin
+  queue (one consumer, CLIENT_ACKNOWLEDGE, one durable acknowledge() per batch of the same size).
+
+Goals (issue 32): browse >= 1.0x binaryFile, drain >= 0.8x the library's receive, write >= 0.8x
+the library's send.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dropboxmq.extras import require_or_exit
 
+BODY_BYTES = 100
+SEND_BATCH = 1000
+GOALS = {"browse": 1.0, "drain": 0.8, "write": 0.8}
 
-def _session():
+
+def _session(partitions: int):
     os.environ.update({"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("dropboxmq-spark-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (SparkSession.builder.master(f"local[{partitions}]").appName("dropboxmq-spark-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             # a Python process Spark starts (a query's source runner) may take longer than the
+             # default 15 s to connect back on a machine loaded by other jobs
+             .config("spark.python.authenticate.socketTimeout", "180s")
+             .config("spark.sql.shuffle.partitions", str(partitions))
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from dropboxmq.spark import register
 
@@ -34,41 +59,181 @@ def _session():
     return spark
 
 
-def run(n: int) -> dict[str, float]:
-    spark = _session()
-    out: dict[str, float] = {}
+def _text(i: int) -> str:
+    return f"m{i}".ljust(BODY_BYTES, ".")
+
+
+def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
+    """Seconds for the library to send n messages (send_many of SEND_BATCH) into ``queue``."""
+    from dropboxmq.message import DeliveryMode, Message, Queue, TextMessage
+    from dropboxmq.connection import Connection
+
+    mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
+    with Connection(root, "bench-send") as conn:
+        producer = conn.create_session().create_producer(Queue(queue))
+        t = time.perf_counter()
+        for start in range(0, n, SEND_BATCH):
+            batch: list[Message] = []
+            for i in range(start, min(n, start + SEND_BATCH)):
+                m = TextMessage(_text(i))
+                m.set_property("seq", i % 10)
+                batch.append(m)
+            producer.send_many(batch, delivery_mode=mode)
+        return time.perf_counter() - t
+
+
+def _library_receive(root: Path, queue: str, n: int, batch: int) -> float:
+    """Seconds for one library consumer to receive and durably acknowledge n messages."""
+    from dropboxmq.message import Queue
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+    from dropboxmq.connection import Connection
+
+    with Connection(root, "bench-receive") as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(Queue(queue))
+        got = 0
+        t = time.perf_counter()
+        while consumer.receive(0) is not None:
+            got += 1
+            if got % batch == 0:
+                session.acknowledge()
+        session.acknowledge()
+        seconds = time.perf_counter() - t
+        consumer.close()
+    assert got == n, (got, n)
+    return seconds
+
+
+def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
+    """One small run (100 messages) of every action before the timed ones, so that Spark's
+    Python workers are started and every module imported before the clocks run (on both
+    sides).  Returns the seconds of the Spark actions: near their fixed cost (planning, the
+    Python processes Spark starts for each action), which a small N cannot amortize."""
+    seconds: dict[str, float] = {}
+    rows = spark.range(100).selectExpr("cast(id as string) AS text", "cast(id % 10 as int) AS seq")
+    for durable in ("false", "true"):
+        t = time.perf_counter()
+        rows.write.format("dropboxmq").option("root", str(root)).option("durable", durable).mode("append").save("warm")
+        seconds[f"write_durable_{durable}"] = time.perf_counter() - t
+    t = time.perf_counter()
+    spark.read.format("dropboxmq").option("root", str(root)).load("warm").count()
+    seconds["browse"] = time.perf_counter() - t
+    spark.read.format("binaryFile").load(str(root / "warm" / "incoming" / "target")).count()
+    ckpt = str(Path(tmp) / "warm-ck")
+    t = time.perf_counter()
+    (spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ckpt)
+     .load("warm").select("message_id", "text").writeStream.format("parquet")
+     .option("path", str(Path(tmp) / "warm-sink")).option("checkpointLocation", ckpt)
+     .trigger(availableNow=True).start().awaitTermination())
+    seconds["drain"] = time.perf_counter() - t
+    _library_send(root, "warm-library", 100, persistent=True)
+    _library_receive(root, "warm-library", 100, 100)
+    return {k: round(v, 2) for k, v in seconds.items()}
+
+
+def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="dropboxmq-spark-bench-") as tmp:
-        root = str(Path(tmp) / "root")
-        rows = spark.range(n).selectExpr("concat('m', cast(id as string)) AS text", "id % 10 AS seq").cache()
+        root = Path(tmp) / "root"
+        small = _warm_up(spark, root, tmp)
+        rows = spark.range(n).selectExpr(f"rpad(concat('m', cast(id as string)), {BODY_BYTES}, '.') AS text",
+                                         "cast(id % 10 as int) AS seq").cache()
         rows.count()
-        for label, durable in (("batch_write_durable", "true"), ("batch_write_nosync", "false")):
-            t = time.perf_counter()
-            rows.write.format("dropboxmq").option("root", root).option("durable", durable).mode("append").save(label)
-            out[label] = n / (time.perf_counter() - t)
+
+        # write: Spark's batch write against the library's send, both without fsync
         t = time.perf_counter()
-        assert spark.read.format("dropboxmq").option("root", root).load("batch_write_nosync").count() == n
-        out["browse"] = n / (time.perf_counter() - t)
-        ckpt = str(Path(tmp) / "ck")
+        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "false").mode("append").save("w")
+        figures["spark_write"] = n / (time.perf_counter() - t)
+        figures["library_send"] = n / _library_send(root, "w-library", n, persistent=False)
         t = time.perf_counter()
-        q = (spark.readStream.format("dropboxmq").option("root", root).option("checkpointLocation", ckpt)
-             .option("maxMessagesPerTrigger", 1000).load("batch_write_durable").select("message_id", "text")
-             .writeStream.format("parquet").option("path", str(Path(tmp) / "sink"))
+        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "true").mode("append").save("wd")
+        figures["spark_write_durable"] = n / (time.perf_counter() - t)
+
+        # browse: every body of the queue, against binaryFile on the same files
+        target = str(root / "w" / "incoming" / "target")
+        t = time.perf_counter()
+        got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
+               .agg(F.count("*"), F.sum(F.length("body"))).first())
+        figures["spark_browse"] = n / (time.perf_counter() - t)
+        assert tuple(got) == (n, n * BODY_BYTES), got
+        t = time.perf_counter()
+        got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
+        figures["binary_file"] = n / (time.perf_counter() - t)
+        assert tuple(got) == (n, n * BODY_BYTES), got
+
+        # drain: twin queues of persistent messages, sent alike
+        _library_send(root, "drain", n, persistent=True)
+        _library_send(root, "drain-twin", n, persistent=True)
+        ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
+        t = time.perf_counter()
+        q = (spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ckpt)
+             .option("maxMessagesPerTrigger", per_trigger).load("drain").select("message_id", "text")
+             .writeStream.format("parquet").option("path", sink)
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         q.awaitTermination()
-        out["stream_available_now"] = n / (time.perf_counter() - t)
-        assert spark.read.parquet(str(Path(tmp) / "sink")).count() == n
-        assert not os.listdir(Path(root) / "batch_write_durable" / "incoming" / "processing")
-    spark.stop()
-    return out
+        figures["spark_drain"] = n / (time.perf_counter() - t)
+        figures["library_receive"] = n / _library_receive(root, "drain-twin", n, per_trigger)
+        assert spark.read.parquet(sink).select("message_id").distinct().count() == n
+        for queue in ("drain", "drain-twin"):
+            box = root / queue / "incoming"
+            assert not os.listdir(box / "target") and not os.listdir(box / "processing"), queue
+            assert len(os.listdir(box / "processed")) == n, queue
+        rows.unpersist()
+    ratios = {
+        "browse": figures["spark_browse"] / figures["binary_file"],
+        "drain": figures["spark_drain"] / figures["library_receive"],
+        "write": figures["spark_write"] / figures["library_send"],
+    }
+    return {"messages": n, "max_messages_per_trigger": per_trigger,
+            "rates": {k: round(v) for k, v in figures.items()},
+            "ratios": {k: round(v, 2) for k, v in ratios.items()},
+            "goals_met": {k: ratios[k] >= GOALS[k] for k in GOALS},
+            "seconds_for_100_messages": small}
+
+
+def _report(result: dict[str, Any]) -> str:
+    r, q = result["rates"], result["ratios"]
+    lines = [f"{result['messages']:,} messages ({BODY_BYTES} B), local[2]:"]
+    for key, spark_key, other_key, other in (("browse", "spark_browse", "binary_file", "binaryFile"),
+                                             ("drain", "spark_drain", "library_receive", "library receive"),
+                                             ("write", "spark_write", "library_send", "library send")):
+        verdict = "hit " if result["goals_met"][key] else "MISS"
+        lines.append(f"  {key:<6} {r[spark_key]:>8,} msg/s  vs {other} {r[other_key]:>8,} msg/s  "
+                     f"= {q[key]:.2f}x  (goal {GOALS[key]:.1f}x: {verdict})")
+    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s")
+    lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
+                 ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--messages", type=int, default=20000, help="messages per figure (default 20000)")
+    ap.add_argument("--messages", type=int, nargs="+", default=[20000, 100000],
+                    help="messages per figure, one run per size (default 20000 100000)")
+    ap.add_argument("--max-per-trigger", type=int, default=10000,
+                    help="the drain's maxMessagesPerTrigger, and the library receive's acknowledge batch")
+    ap.add_argument("--json", help="also write the results to this JSON file")
     args = ap.parse_args()
     require_or_exit("python -m dropboxmq_stress.spark_bench", "spark", "pyspark")
-    figures = run(args.messages)
-    print(json.dumps({k: round(v) for k, v in figures.items()}))
+    spark = _session(2)
+    results = []
+    try:
+        for n in args.messages:
+            result = run(spark, n, args.max_per_trigger)
+            print(_report(result), flush=True)
+            results.append(result)
+    finally:
+        spark.stop()
+    if args.json:
+        doc = {"tool": "dropboxmq_stress.spark_bench",
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "host": platform.node(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+               "master": "local[2]", "body_bytes": BODY_BYTES, "goals": GOALS, "runs": results}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

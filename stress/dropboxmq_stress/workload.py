@@ -115,7 +115,7 @@ class WorkerSpec:
 
 
 def _settings(w: Workload):
-    from dropboxmq.session import Settings
+    from dropboxmq.connection import Settings
 
     return Settings(poll_interval=w.poll_interval, scan_interval=w.scan_interval,
                     recovery_interval=w.recovery_interval)
@@ -143,7 +143,7 @@ def _err(exc: BaseException) -> dict:
 
 def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadline: float) -> None:
     from dropboxmq.message import DeliveryMode, Message, Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     hist = History(hist_dir, spec.name)
     hist.record("info", "start", role="producer", pid=os.getpid())
@@ -212,7 +212,8 @@ def producer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadl
 
 def consumer_main(spec: WorkerSpec, w: Workload, root: str, hist_dir: str, deadline: float) -> None:
     from dropboxmq.message import Queue
-    from dropboxmq.session import AckMode, Connection
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection
 
     hist = History(hist_dir, spec.name)
     hist.record("info", "start", role="consumer", ack_mode=spec.ack_mode, pid=os.getpid())
@@ -293,7 +294,8 @@ def drain(root: str | Path, queue: str, hist_dir: str | Path, name: str = "drain
           settings=None) -> int:
     """Consume everything left (CLIENT_ACKNOWLEDGE, ack after each message), recording history."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import AckMode, Connection, Settings
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection, Settings
 
     hist = History(hist_dir, name)
     conn = Connection(root, client_id=name, settings=settings or Settings(poll_interval=0.005,

@@ -38,7 +38,8 @@ from dropboxmq import xa
 from dropboxmq.coordinator import Coordinator
 from dropboxmq.extras import require_or_exit
 from dropboxmq.message import Queue, TextMessage
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection, Settings
+from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+from dropboxmq.connection import Connection, Settings
 
 from .pg_server import PgServer
 

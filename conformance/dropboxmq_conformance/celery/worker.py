@@ -20,7 +20,7 @@ from dropboxmq import Queue
 from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.layout import queue_box
 from dropboxmq.lifecycle import State
-from dropboxmq.session import now_ms
+from dropboxmq.codec import now_ms
 
 root, queue, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
 app = make_app(root, queue)

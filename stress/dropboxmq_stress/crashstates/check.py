@@ -212,7 +212,7 @@ def recover_state(tree: dict[str, bytes | None], root: Path, expect: Expect,
                   links: tuple[tuple[str, ...], ...] = ()) -> dict[str, bytes | None]:
     """Write ``tree`` to ``root``, recover it as the next processes would, and read it back."""
     from dropboxmq.recovery import recover
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     from dropboxmq.codec import encode_field
 

@@ -80,7 +80,7 @@ class Operation:
 
 
 def _settings(**kw: object):  # type: ignore[no-untyped-def]
-    from dropboxmq.session import Settings
+    from dropboxmq.connection import Settings
 
     return Settings(poll_interval=0.001, scan_interval=0.0, recovery_interval=1e9, **kw)  # type: ignore[arg-type]
 
@@ -96,7 +96,7 @@ def _queue_box(name: str) -> str:
 def _seed(root: Path, queue: str, keys: list[str]) -> None:
     """Durably send ``keys`` to ``queue`` (setup, not recorded)."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     with Connection(root, client_id="seeder", settings=_settings(), create=True) as conn:
         s = conn.create_session()
@@ -116,7 +116,7 @@ def _receive(consumer, key: str) -> None:  # type: ignore[no-untyped-def]
 
 def op_send(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
@@ -130,7 +130,7 @@ def op_send(root: Path, scale: Scale, start: StartRecording) -> Expect:
 
 def op_send_non_persistent(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import DeliveryMode, Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
@@ -144,7 +144,7 @@ def op_send_non_persistent(root: Path, scale: Scale, start: StartRecording) -> E
 
 def op_send_many(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session()
@@ -161,7 +161,7 @@ def op_commit_producer(root: Path, scale: Scale, start: StartRecording) -> Expec
     """A transacted session sends one message to each of ``batch - 1`` queues (two: each
     target/ fsynced; three or more: the group sync of sync_many), then commits."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client_id="app", settings=_settings(), create=True)
     s = conn.create_session(transacted=True)
@@ -179,7 +179,8 @@ def op_commit_producer(root: Path, scale: Scale, start: StartRecording) -> Expec
 def op_commit_consumer(root: Path, scale: Scale, start: StartRecording) -> Expect:
     """A transacted session receives two messages (deep: and sends one), then commits."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import AckMode, Connection
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection
 
     keys = ["m0", "m1"]
     _seed(root, "q", keys)
@@ -206,7 +207,8 @@ def op_commit_consumer(root: Path, scale: Scale, start: StartRecording) -> Expec
 def _ack_op(mode_name: str) -> Callable[[Path, Scale, StartRecording], Expect]:
     def run(root: Path, scale: Scale, start: StartRecording) -> Expect:
         from dropboxmq.message import Queue
-        from dropboxmq.session import AckMode, Connection
+        from dropboxmq.ackmode import AckMode
+        from dropboxmq.connection import Connection
 
         mode = AckMode[mode_name]
         keys = ["m0"] if mode is AckMode.AUTO_ACKNOWLEDGE else ["m0", "m1"]
@@ -237,7 +239,8 @@ def _die_after_commit_point(root: Path) -> None:
     transaction open, and dies right after a second transaction's commit point (its log
     fsynced into committing/, none of its moves done)."""
     from dropboxmq.message import Queue
-    from dropboxmq.session import AckMode, Connection
+    from dropboxmq.ackmode import AckMode
+    from dropboxmq.connection import Connection
 
     real_fsync = os.fsync
 
@@ -293,7 +296,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.distributor import distribute
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Topic
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     topic = Topic("t")
     names = [f"s{i}" for i in range(scale.subscribers)]
@@ -317,7 +320,7 @@ def op_retention(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq import layout, retention
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Queue
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     keys = ["m0", "m1", "m2", "m3"]
     _seed(root, "q", keys)
@@ -340,7 +343,7 @@ def op_subscribe(root: Path, scale: Scale, start: StartRecording) -> Expect:
     """Creating a durable subscription (the first consumer of it)."""
     from dropboxmq import topics
     from dropboxmq.message import Topic
-    from dropboxmq.session import Connection
+    from dropboxmq.connection import Connection
 
     conn = Connection(root, client_id="subscriber", settings=_settings(), create=True)
     s = conn.create_session()

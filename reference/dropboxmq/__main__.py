@@ -1,0 +1,5 @@
+"""python -m dropboxmq: the dropboxmq command."""
+
+from .cli import main
+
+main()

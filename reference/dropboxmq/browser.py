@@ -1,0 +1,56 @@
+"""QueueBrowser: a queue's NEW messages in delivery order, nothing moved."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+from . import codec, layout
+from .codec import from_wire, now_ms
+from .consumer import compile_selector
+from .lifecycle import State
+from .message import (
+    Message,
+    Queue,
+)
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["QueueBrowser"]
+
+log = logging.getLogger("dropboxmq")
+
+
+class QueueBrowser:
+    """Look at a queue's NEW messages in delivery order without moving anything.
+    Expired and not-yet-deliverable messages are not shown."""
+
+    def __init__(self, session: Session, queue: Queue, selector: str | None = None):
+        self.session = session
+        self.queue = queue
+        self.box = layout.queue_box(session.connection.root, queue)
+        self.compile_selector = compile_selector(selector)
+
+    def __iter__(self) -> Iterator[Message]:
+        now = now_ms()
+        names = sorted(self.box.list(State.NEW), key=codec.sort_key)
+        for name in names:
+            msg = from_wire(name, now)
+            if msg.is_expired(now) or msg.delivery_time > now:
+                continue
+            if self.compile_selector is not None and not self.compile_selector.matches(msg):
+                continue
+            try:
+                msg.body = self.box.read(State.NEW, name)
+            except OSError:
+                continue  # claimed meanwhile, or not a regular file
+            msg.destination = self.queue
+            yield msg
+
+    def get_enumeration(self) -> Iterator[Message]:
+        return iter(self)
+
+    def close(self) -> None:
+        pass
+

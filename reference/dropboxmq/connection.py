@@ -1,0 +1,280 @@
+"""A connection to one root: its settings, the checks that the root and each queue exist (a
+typo creates nothing), the client id's registration, and the sessions it makes.
+
+Housekeeping is not done here: the connection calls the ``recovery`` functions (its own
+client id's leftovers at connect and close; dead owners, dead commits and retention from
+its consumers every ``recovery_interval``)."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import ids, layout
+from .ackmode import AckMode
+from .clients import Registration
+from .errors import IllegalStateError, QueueNotFoundError, RootNotFoundError, StoreError
+from .message import (
+    Destination,
+    Message,
+    Queue,
+)
+from .session import Session
+from .store import Dropbox, check_file_system
+from .temporary import delete_temporary, temporary_gone, temporary_owner
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["Settings", "check_root", "missing_queue", "Connection"]
+
+log = logging.getLogger("dropboxmq")
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_delivery_attempts: int = 10  # deliveries before a message is dead-lettered to error/
+    scan_interval: float = 0.25  # s: a new higher-priority message overtakes within this
+    poll_interval: float = 0.05  # s: longest wait between two looks at an empty target/
+    recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
+    dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
+    allow_network_fs: bool = False
+    # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
+    # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
+    # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
+    redelivery_delay: float = 0.1
+    redelivery_backoff: float = 2.0
+    max_redelivery_delay: float = 30.0
+    # Seconds to keep acknowledged and expired messages: consumers delete older ones as they
+    # go (every recovery_interval), like `dropboxmq prune --older-than`.  None: keep them all.
+    retention: float | None = None
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_root(root: Path) -> None:
+    """Raise RootNotFoundError (with a did-you-mean among its siblings) unless ``root`` is an
+    existing directory."""
+    if root.is_dir():
+        return
+    if root.exists() or root.is_symlink():
+        raise RootNotFoundError(f"dropbox root {str(root)!r} is not a directory")
+    try:
+        siblings = [p.name for p in root.parent.iterdir() if p.is_dir()]
+    except OSError:
+        siblings = []
+    hint = _did_you_mean(root.name, siblings)
+    raise RootNotFoundError(f"no dropbox root at {str(root)!r}{hint} (create one with Connection(root, create=True) "
+                            "or 'dropboxmq --root ROOT init QUEUE')")
+
+
+def missing_queue(root: Path, queue: Queue) -> QueueNotFoundError:
+    """The error for a queue that does not exist under ``root``, with a did-you-mean."""
+    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    return QueueNotFoundError(f"no queue {queue.name!r} under {root}{_did_you_mean(queue.name, known)} (create it "
+                              f"with connection.create_queue({queue.name!r}) or 'dropboxmq init {queue.name}')")
+
+
+class Connection:
+    """A connection to one root.  ``client_id`` is registered (and locked) under
+    ``dropboxmq/clients/``; without one, a 1.2-style id is generated.
+
+    The root must exist and so must every queue used (a typo is a ``RootNotFoundError`` or
+    ``QueueNotFoundError`` with a did-you-mean, and creates nothing): make them with
+    ``dropboxmq init`` or ``create_queue()``.  ``create=True`` creates the root, and each queue
+    as it is first used."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        client_id: str | None = None,
+        settings: Settings | None = None,
+        *,
+        create: bool = False,
+        allow_network_fs: bool = False,
+    ):
+        self.root = Path(root)
+        self.create = create
+        self.settings = settings or Settings(allow_network_fs=allow_network_fs)
+        if create:
+            try:
+                os.makedirs(self.root, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                pass  # check_root says what stands in the way
+        check_root(self.root)
+        check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
+        from .transaction import ensure_layout  # (the transaction log's directories)
+
+        ensure_layout(self.root)
+        generated = client_id is None
+        self.client_id = client_id or ids.new_message_id()[3:]
+        self._registration = Registration(self.root, self.client_id)
+        self.client_id_generated = generated
+        if not generated:
+            self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
+            self._reclaim_own_leftovers()  # ... and its claims: a killed consumer's restart gets them back
+        self._sessions: list[Session] = []
+        self._closed = False
+        self._started = threading.Event()
+        self._started.set()
+        self._temporary: list[Destination] = []
+        self._queue_boxes: dict[str, Dropbox] = {}
+        self._housekept: dict[Path, float] = {}  # dropbox -> time.monotonic() of its last housekeeping
+
+    @classmethod
+    def from_env(cls, settings: Settings | None = None, *, client_id: str | None = None,
+                 create: bool = False) -> "Connection":
+        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (required), the
+        client id from ``client_id``, else $DROPBOXMQ_CLIENT_ID, else generated."""
+        root = os.environ.get("DROPBOXMQ_ROOT")
+        if not root:
+            raise RootNotFoundError("DROPBOXMQ_ROOT is not set: export DROPBOXMQ_ROOT=/path/to/root (made by "
+                                    "'dropboxmq --root /path/to/root init QUEUE'), or use Connection(root)")
+        return cls(root, client_id or os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings, create=create)
+
+    def create_queue(self, queue: "str | Queue") -> Queue:
+        """Create ``queue`` (a name or a Queue) with its state directories, as ``dropboxmq init``
+        does; safe to repeat.  Returns the Queue."""
+        self._check_open()
+        dest = Queue(queue) if isinstance(queue, str) else queue
+        self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
+        return dest
+
+    def queue_box(self, queue: Queue) -> Dropbox:
+        """The dropbox of an existing queue (created first when the connection has ``create``)."""
+        box = self._queue_boxes.get(queue.name)
+        if box is None:  # look (or make the directories) once per connection, not once per send
+            box = layout.queue_box(self.root, queue)
+            if self.create:
+                box.ensure()
+            elif not box.exists():
+                raise missing_queue(self.root, queue)
+            self._queue_boxes[queue.name] = box
+        return box
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def create_session(
+        self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE
+    ) -> "Session":
+        self._check_open()
+        session = Session(self, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
+        self._sessions.append(session)
+        return session
+
+    def start(self) -> None:
+        self._started.set()
+
+    def stop(self) -> None:
+        """Pause delivery to listeners and receives until ``start()``."""
+        self._started.clear()
+
+    def close(self, grace: float | None = None) -> None:
+        """Close every session.  A message listener that is running may finish: within
+        ``grace`` seconds (None: however long it takes) its message is acknowledged as usual;
+        past it, the message is returned to the queue (redelivered) and the listener's thread,
+        which Python cannot stop, is left to end on its own."""
+        if self._closed:
+            return
+        deadline = None if grace is None else time.monotonic() + grace
+        for s in list(self._sessions):
+            s.close(grace=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for dest in self._temporary:
+            delete_temporary(self.root, dest)
+        self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
+        self._registration.release()
+        self._closed = True
+
+    def _delete_temporary(self, dest: Destination) -> None:
+        """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
+        if any(c.destination == dest and not c._closed for s in self._sessions for c in s._consumers):
+            raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
+        if dest in self._temporary:
+            self._temporary.remove(dest)
+            delete_temporary(self.root, dest)
+
+    def _finish_own_logs(self) -> None:
+        """Finish the transaction logs of this client id that no open session owns: roll
+        committed ones forward, the rest back.  Best effort: what fails stays for recovery."""
+        from .recovery import recover_owner
+
+        try:
+            recover_owner(self.root, self.client_id)
+        except (OSError, StoreError) as exc:
+            log.warning("cannot finish the transactions left by client %r: %s", self.client_id, exc)
+
+    def _reclaim_own_leftovers(self) -> None:
+        """Redeliver the unacknowledged claims a dead predecessor with this client id left (best
+        effort: what fails stays for the next connection or `dropboxmq recover`)."""
+        from .recovery import reclaim_own_leftovers
+
+        try:
+            reclaim_own_leftovers(self.root, self.client_id)
+        except (OSError, StoreError) as exc:
+            log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
+
+    def _has_pending_work(self, box: Dropbox) -> bool:
+        """Does a session of this connection hold messages of ``box`` in an open transaction or
+        delivered and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
+        rel = os.path.relpath(box.path, self.root)
+        for s in list(self._sessions):
+            with s._lock:
+                s._flush_lazy_acks()
+                if s._tx is not None and any(e.box == rel for e in s._tx.entries):
+                    return True
+                if any(d.box.path == box.path for d in s._unacked):
+                    return True
+        return False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("connection is closed")
+
+    def housekeeping(self, box: Dropbox) -> None:
+        """The ops layer's work for a dropbox this connection consumes from, at most every
+        ``recovery_interval`` (its consumers call this before each claim): dead commits
+        finished, dead owners' claims redelivered, retention (``recovery.housekeeping``)."""
+        now = time.monotonic()
+        if now - self._housekept.get(box.path, -1e9) <= self.settings.recovery_interval:
+            return
+        self._housekept[box.path] = now
+        from .recovery import housekeeping
+
+        housekeeping(self.root, box, self.settings.retention)
+
+    def _temporary_boxes(self, dest: Destination, header: Message) -> list[Dropbox]:
+        """A temporary destination lives as long as its connection: once that closed (its
+        directory is gone) a send is an error, and never re-creates the directory."""
+        if isinstance(dest, Queue):
+            box = layout.queue_box(self.root, dest)
+            if box.exists():
+                return [box]
+        elif layout.subscriptions_dir(self.root, dest).is_dir():
+            from .topics import fan_out_targets
+
+            return fan_out_targets(self.root, dest, header, self.client_id)
+        raise temporary_gone(dest)
+
+    def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
+        """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
+        if temporary_owner(dest.name) is not None:
+            return self._temporary_boxes(dest, header)
+        if isinstance(dest, Queue):
+            return [self.queue_box(dest)]
+        from .topics import fan_out_targets  # (publish: imported when first used)
+
+        return fan_out_targets(self.root, dest, header, self.client_id)
+

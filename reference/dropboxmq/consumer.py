@@ -1,0 +1,228 @@
+"""MessageConsumer: receive, receive_streamed and listeners.  Each delivery is one claim step
+(``claim.Claimer``: the next name in delivery order, ``decision.decide``'s verdict, one move),
+then its body is read and the session applies its ack mode (``ackmode.POLICY``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol
+
+from . import claims
+from .claim import Claim, Claimer
+from .codec import now_ms
+from .decision import ClaimSettings
+from .errors import IllegalStateError, StoreError
+from .lifecycle import Move, State
+from .message import (
+    Destination,
+    Message,
+)
+from .producer import Body, body_of
+from .store import Dropbox, NotARegularFile
+
+if TYPE_CHECKING:
+    from .selector import Selector
+    from .session import Session
+    from .topics import Attachment, Subscription
+
+__all__ = ["compile_selector", "Delivery", "MessageListener", "MessageConsumer"]
+
+log = logging.getLogger("dropboxmq")
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A message in processing/ that this session holds."""
+
+    box: Dropbox
+    processing_name: str
+    original_name: str
+    message: Message
+    body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
+
+
+def compile_selector(text: str | None) -> "Selector | None":
+    """The parsed selector, the parser imported only when there is one to parse."""
+    if not text:
+        return None
+    from .selector import selector_for
+
+    return selector_for(text)
+
+
+class MessageListener(Protocol):
+    def on_message(self, message: Message) -> Any: ...
+
+
+class MessageConsumer:
+    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
+                 selector_obj: "Selector | None" = None):
+        self.session = session
+        self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
+        self.destination = destination
+        self.message_selector = selector or None
+        # the claim step, shared with the Spark source; the policy (decision.decide) has a
+        # selector here on queues only: topics filter at fan-out.  The clocks are this module's
+        # now_ms and time, looked up at each call (tests shift them)
+        self._claimer = Claimer(self.box, session.connection.client_id,
+                                ClaimSettings(selector_obj, session.settings.max_delivery_attempts),
+                                session.settings.scan_interval, clock=lambda: now_ms(),
+                                monotonic=lambda: time.monotonic())
+        self._subscription: Subscription | None = None  # a topic consumer's (topics.py)
+        self._attachment: Attachment | None = None
+        self._scanner = self._claimer.scanner  # invalidated when the session redelivers
+        self._listener: Callable[[Message], Any] | None = None
+        self._closed = False
+        settings = session.settings
+        self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
+        self.redelivery_backoff = settings.redelivery_backoff
+        self.max_redelivery_delay = settings.max_redelivery_delay
+
+    # --- JMS surface
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """Wait up to ``timeout`` seconds (None: forever, 0: don't wait) for a message."""
+        d = self._receive(timeout, read_body=True)
+        return None if d is None else d.message
+
+    def receive_body(self, timeout: float | None = None) -> "Body | None":
+        """receive(), returning just the body as Python data (str for a TextMessage, bytes,
+        dict for a MapMessage, list for a StreamMessage); None when no message came."""
+        msg = self.receive(timeout)
+        return None if msg is None else body_of(msg)
+
+    def receive_streamed(self, timeout: float | None = None) -> tuple[Message, BinaryIO] | None:
+        """receive() for large bodies: the message without its body, and the body as an open
+        binary file to read in chunks (close it when done).  Acknowledged as receive() is."""
+        d = self._receive(timeout, read_body=False)
+        return None if d is None or d.body_file is None else (d.message, d.body_file)
+
+    def messages(self, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate over messages as they arrive; stop when none arrives within ``timeout``
+        seconds (None: never stop).  ``for m in consumer`` does not wait at all."""
+        while (m := self.receive(timeout)) is not None:
+            yield m
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until a message this consumer holds back (redelivery backoff, delivery
+        delay) is due again; None when it holds none back."""
+        return self._claimer.next_retry_in()
+
+    def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
+        self._check_receive()
+        session = self.session
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = 0.001
+        while True:
+            if session.connection._started.is_set():
+                with session._lock:
+                    d = self._claim_next(read_body)
+                    if d is not None:
+                        try:
+                            session._delivered(d)
+                        except BaseException:
+                            if d.body_file is not None:
+                                d.body_file.close()
+                            raise
+                        return d
+                    session._flush_lazy_acks()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            time.sleep(wait if remaining is None else min(wait, remaining))
+            wait = min(wait * 2, self.session.settings.poll_interval)
+            self._check_receive()
+
+    def receive_no_wait(self) -> Message | None:
+        return self.receive(0)
+
+    def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
+        """Deliver messages to ``listener``: a callable taking the message, or an object with
+        an ``on_message(message)`` method (JMS style).  None stops delivery."""
+        self.session._check_open()
+        if listener is None or callable(listener):
+            self._listener = listener
+        elif callable(getattr(listener, "on_message", None)):
+            self._listener = listener.on_message
+        else:
+            raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
+                            f"{type(listener).__name__} is neither")
+        if listener is not None:
+            self.session._ensure_dispatcher()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.box.close()
+        if self in self.session._consumers:
+            self.session._consumers.remove(self)
+        if self._subscription is not None and self._attachment is not None:
+            if self._subscription.info.durable is False:
+                # Unacked messages of a non-durable subscription die with it.
+                self.session._forget(self.box)
+            from .topics import close_consumer
+
+            close_consumer(self._subscription, self._attachment)
+
+    def __enter__(self) -> "MessageConsumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        while (m := self.receive(0)) is not None:
+            yield m
+
+    def _back_off(self, name: str, deliveries: int) -> None:
+        """Hold ``name`` (just redelivered after its ``deliveries``-th delivery) back for the
+        exponential redelivery delay."""
+        if self.redelivery_delay <= 0:
+            return
+        delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
+        self._claimer.hold_back(name, now_ms() + int(delay * 1000))
+
+    def _check_receive(self) -> None:
+        self.session._check_open()
+        if self._closed:
+            raise IllegalStateError("consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateError("receive() is not allowed while a message listener is set")
+
+    # --- the claim
+    def _claim_next(self, read_body: bool = True) -> Delivery | None:
+        """Try names in order until one claim succeeds; None when target/ has nothing for us."""
+        self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
+        while (claim := self._claimer.claim_next()) is not None:
+            d = self._deliver(claim, read_body)
+            if d is not None:
+                return d
+        return None
+
+    def _deliver(self, claim: Claim, read_body: bool = True) -> Delivery | None:
+        """The delivery of a message just claimed: its body read (or opened); an unreadable
+        one is quarantined to error/ (None)."""
+        box = self.box
+        pname, claimed, header = claim
+        body_file = None
+        try:
+            if read_body:
+                header.body = box.read(State.DELIVERED, pname)
+            else:
+                body_file = box.open_body(State.DELIVERED, pname)
+        except (NotARegularFile, OSError) as exc:
+            log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
+            try:
+                claims.finish(box, Move.DEAD_LETTER, pname)
+            except StoreError:
+                # Not left in processing/: after a clean close() nobody would reclaim it
+                # (stress faults case: EIO on the read, then on the rename into error/).
+                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
+                raise
+            return None
+        header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
+        header._session = self.session  # type: ignore[attr-defined]
+        return Delivery(box, pname, claimed, header, body_file)
+

@@ -1,0 +1,215 @@
+"""MessageProducer: send (CREATE in working/, then SEND to target/, fsynced for persistent
+messages), send_many (one group commit), send_file (a body streamed from a file), and the plain
+Python bodies ``send()`` accepts (str, bytes, dict, list)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from typing import TYPE_CHECKING, Any, BinaryIO, Union
+
+from . import ids
+from .codec import to_wire
+from .errors import InvalidDestinationError, StoreError
+from .lifecycle import Move, State
+from .message import (
+    BytesMessage,
+    DeliveryMode,
+    Destination,
+    MapMessage,
+    Message,
+    Queue,
+    StreamMessage,
+    TextMessage,
+    Topic,
+)
+from .store import Dropbox, sync_many
+from .temporary import temporary_gone, temporary_owner
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["MessageProducer", "create_copy", "Body", "as_message", "body_of"]
+
+log = logging.getLogger("dropboxmq")
+
+
+class MessageProducer:
+    def __init__(self, session: Session, destination: Destination | None):
+        self.session = session
+        self.destination = destination
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0.0  # seconds; 0 = never expires
+        self.delivery_delay = 0.0  # seconds
+
+    def _prepare(self, msg: Message, destination: Destination | None, delivery_mode: DeliveryMode | None = None,
+                 priority: int | None = None, time_to_live: float | None = None,
+                 delivery_delay: float | None = None) -> tuple[Message, str, list[Dropbox]]:
+        """Stamp the headers; return the message, its file name and the dropboxes it goes to."""
+        dest = destination or self.destination
+        if dest is None:
+            raise InvalidDestinationError("no destination: give one to the producer or to send()")
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if type(mode) is not DeliveryMode:
+            mode = DeliveryMode(mode)
+        prio = self.priority if priority is None else priority
+        if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
+            raise ValueError(f"priority must be an int from 0 to 9, got {prio!r}")
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        if ttl < 0 or delay < 0:
+            raise ValueError("time_to_live and delivery_delay must be >= 0")
+        msg.message_id, msg.timestamp = ids.new_message_id_and_time()
+        msg.priority, msg.delivery_mode, msg.destination = prio, mode, dest
+        msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
+        msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
+        msg.redelivered, msg.delivery_count = False, 1
+        name = to_wire(msg)
+        return msg, name, self.session.connection._boxes_for_send(dest, msg)
+
+    def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
+             delivery_mode: DeliveryMode | None = None, priority: int | None = None,
+             time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
+        """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit).
+        On a topic, one copy goes to every matching subscription.
+
+        Either ``send(message[, destination])`` (JMS) or ``send(destination, body)``; a body
+        may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
+        dict -> MapMessage, list -> StreamMessage."""
+        self.session._check_open()
+        body, dest = (destination, message) if isinstance(message, (Queue, Topic)) else (message, destination)
+        if body is None or isinstance(body, (Queue, Topic)) or not (dest is None or isinstance(dest, (Queue, Topic))):
+            raise InvalidDestinationError("send(message[, destination]) or send(destination, body)")
+        prepared = self._prepare(as_message(body), dest, delivery_mode, priority, time_to_live, delivery_delay)
+        self._write([prepared])
+        return prepared[0]
+
+    def send_file(self, file: BinaryIO, message: Message | None = None, destination: Destination | None = None,
+                  **headers: Any) -> Message:
+        """Send the contents of an open regular file (from its start) without reading it into
+        memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
+        its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
+        self.session._check_open()
+        msg = BytesMessage() if message is None else message
+        msg.body = b""
+        prepared = self._prepare(msg, destination, **headers)
+        self._write([prepared], source=file)
+        return prepared[0]
+
+    def send_many(self, messages: list[Message], destination: Destination | None = None, **kw: Any) -> list[Message]:
+        """Bulk send with group commit: fsync each file, rename all, fsync each target/ once."""
+        self.session._check_open()
+        prepared = [self._prepare(m, destination, **kw) for m in messages]
+        self._write(prepared)
+        return [m for m, _, _ in prepared]
+
+    def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
+        """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
+        Several (bulk send, topic fan-out): group commit — write them all, make them durable
+        together (store.sync_files), rename them all, then one more sync for the directories.
+        ``source``: an open file holding the (one) message's body."""
+        session, root = self.session, self.session.connection.root
+        group = sum(len(boxes) for _, _, boxes in prepared) > 1
+        with session._lock:
+            if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
+                for msg, name, boxes in prepared:
+                    for box in boxes:
+                        session._tx_log().record("send", box, name, _size(msg.body))
+                        create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
+                                    source=source)
+                return
+            created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
+            with contextlib.ExitStack() as held:
+                for box in {b.dir(State.NOT_COMMITTED): b for _, _, boxes in prepared for b in boxes}.values():
+                    held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
+                try:
+                    for msg, name, boxes in prepared:
+                        durable = msg.delivery_mode == DeliveryMode.PERSISTENT
+                        topic_copy = isinstance(msg.destination, Topic)
+                        for box in boxes:
+                            if create_copy(box, name, msg, topic_copy, durable=durable and not group,
+                                           source=source):
+                                created.append((box, name, durable, topic_copy))
+                    durable_copies = [(box, name) for box, name, durable, _ in created if durable]
+                    if group and durable_copies:  # every file durable before any rename is
+                        from .groupsync import sync_files  # (batches and fan-out only)
+
+                        sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
+                                   sum(_size(m.body) * len(bs) for m, _, bs in prepared))
+                    for box, name, _, topic_copy in created:
+                        _send_created(box, name, topic_copy)
+                except BaseException:
+                    for box, name, *_ in created:  # those already SENT are gone from working/: no-op
+                        box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                    raise
+            if durable_copies:
+                sync_many((box, State.NEW) for box, _ in durable_copies)
+
+
+def _size(body: object) -> int:
+    return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+
+
+def _send_created(box: Dropbox, name: str, topic_copy: bool) -> None:
+    """SEND a file this producer just created.  Gone from working/ means someone else moved
+    or deleted it (a purge, a foreign sweep): the send failed and must not be reported as done.
+    (A subscription removed while we publish takes its working/ with it: that copy is skipped.)"""
+    moved = box.move(Move.SEND, State.NOT_COMMITTED, name)
+    if not moved and not (topic_copy and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
+        raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ before it "
+                         "was sent (moved or deleted by another program)")
+
+
+def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
+                source: BinaryIO | None = None) -> bool:
+    """CREATE one copy (the body from ``source`` if given); a subscription removed while we
+    publish is skipped (False)."""
+    try:
+        box.create(name, msg.body if source is None else source, durable)
+    except StoreError as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            if topic_copy:
+                return False
+            if temporary_owner(box.path.parent.name) is not None:  # deleted while we send
+                raise temporary_gone(msg.destination) from exc
+        raise
+    return True
+
+
+#: What send() and receive_body() accept and return besides Message objects.
+Body = Union[str, bytes, dict[str, Any], list[Any]]
+
+
+def as_message(body: "Message | Body") -> Message:
+    """The message for a plain body: str -> TextMessage, bytes -> BytesMessage,
+    dict -> MapMessage, list -> StreamMessage; a Message stays itself."""
+    if isinstance(body, Message):
+        return body
+    if isinstance(body, str):
+        return TextMessage(body)
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return BytesMessage(bytes(body))
+    if isinstance(body, dict):
+        m = MapMessage()
+        m.map = body
+        return m
+    if isinstance(body, list):
+        s = StreamMessage()
+        s.items = body
+        return s
+    raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
+
+
+def body_of(msg: Message) -> "Body":
+    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body
+

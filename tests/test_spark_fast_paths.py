@@ -1,0 +1,203 @@
+"""The Spark data source on the library's fast paths: the consumer's claim step, Arrow record
+batches both ways, bulk logging.  No Spark session: the reader and writer objects are driven
+as Spark drives them, so each test runs in a fraction of a second."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+
+from dropboxmq import layout  # noqa: E402
+from dropboxmq.lifecycle import State  # noqa: E402
+from dropboxmq.message import BytesMessage, DeliveryMode, Queue, TextMessage  # noqa: E402
+from dropboxmq.connection import Connection  # noqa: E402
+from dropboxmq.store import Dropbox  # noqa: E402
+from dropboxmq.transaction import LogEntry, TransactionLog, ensure_layout, read_log  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def _schema():
+    """SCHEMA as the StructType Spark hands a reader (DDL parsing needs a session: built here)."""
+    from pyspark.sql import types as T
+
+    from dropboxmq.spark import SCHEMA
+
+    kinds = {"string": T.StringType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
+             "boolean": T.BooleanType(), "binary": T.BinaryType(), "variant": T.VariantType(),
+             "map<string,string>": T.MapType(T.StringType(), T.StringType())}
+    return T.StructType([T.StructField(c.split(" ")[0], kinds[c.split(" ")[1]]) for c in SCHEMA.split(", ")])
+
+
+def _send_varied(root, queue: str) -> None:
+    with Connection(root, "p", create=True) as conn:
+        p = conn.create_session().create_producer(Queue(queue))
+        for i in range(7):
+            m = TextMessage(f"text {i} é") if i % 2 else BytesMessage(bytes([i, 255, 0]))
+            m.set_property("n", i)
+            m.set_property("price", i + 0.25)
+            m.set_property("ok", i % 3 == 0)
+            m.set_property("region", "eu")
+            if i == 3:
+                m.set_property("bad", math.nan)  # no JSON for it: text only
+                m.correlation_id, m.jms_type, m.reply_to = "c3", "order", Queue("replies")
+            p.send(m, priority=i % 10, time_to_live=3600 if i == 5 else 0,
+                   delivery_mode=DeliveryMode.NON_PERSISTENT if i == 6 else DeliveryMode.PERSISTENT)
+
+
+def _as_arrow_values(row: tuple) -> dict:
+    """A row of the row path, as the Arrow path's to_pylist() gives it."""
+    from dropboxmq.spark import COLUMNS
+
+    d = dict(zip(COLUMNS, row, strict=True))
+    d["properties"] = sorted(d["properties"].items())
+    d["typed_properties"] = {"value": d["typed_properties"].value, "metadata": d["typed_properties"].metadata}
+    return d
+
+
+def test_browse_arrow_batches_hold_exactly_the_values_of_the_row_path(tmp_path):
+    from dropboxmq.spark import DropboxMQBatchReader
+
+    root = tmp_path / "root"
+    _send_varied(root, "q")
+    options = {"root": str(root), "path": "q"}
+    arrow_reader, row_reader = DropboxMQBatchReader(options, _schema()), DropboxMQBatchReader(options)
+    (part,) = arrow_reader.partitions()
+    batches = list(arrow_reader.read(part))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    got = [r for b in batches for r in b.to_pylist()]
+    for r in got:
+        r["properties"] = sorted(r["properties"])
+    rows = list(row_reader.read(part))
+    assert len(rows) == 7 and all(isinstance(r, tuple) for r in rows)
+    assert got == [_as_arrow_values(r) for r in rows]
+    expiring = [r for r in got if r["expiration"] is not None]
+    assert len(expiring) == 1 and expiring[0]["expiration"] > expiring[0]["timestamp"]
+    assert isinstance(expiring[0]["timestamp"], dt.datetime)
+
+
+def _writer_rows(n: int):
+    from pyspark.sql import Row
+
+    return [Row(text=f"w{i}", priority=i % 10, properties={"k": str(i)}, seq=i) for i in range(n)]
+
+
+def test_writer_takes_arrow_batches_and_rows_alike(tmp_path):
+    """What Spark gives an Arrow writer (record batches, a map as key/value pairs, a VARIANT as a
+    struct) makes the same messages as Rows do."""
+    from pyspark.sql.types import VariantVal
+
+    from dropboxmq.spark import DropboxMQBatchWriter
+
+    root = tmp_path / "root"
+    rows = _writer_rows(5)
+    typed = VariantVal.parseJson('{"amount": 2.5, "vip": true}')
+    variant_type = pa.struct([pa.field("value", pa.binary(), nullable=False),
+                              pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"})])
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([r.text for r in rows]), pa.array([r.priority for r in rows], pa.int32()),
+         pa.array([list(r.properties.items()) for r in rows], pa.map_(pa.string(), pa.string())),
+         pa.array([r.seq for r in rows], pa.int64()),
+         pa.array([{"value": typed.value, "metadata": typed.metadata}] * 5, variant_type)],
+        names=["text", "priority", "properties", "seq", "typed_properties"])
+    for queue, items in (("from-arrow", [batch]), ("from-rows", [r.asDict() | {"typed_properties": typed}
+                                                                  for r in rows])):
+        w = DropboxMQBatchWriter({"root": str(root), "path": queue})
+        w.commit([w.write(iter(items))])
+    got = {}
+    for queue in ("from-arrow", "from-rows"):
+        with Connection(root, "c") as conn:
+            consumer = conn.create_session().create_consumer(Queue(queue))
+            got[queue] = sorted((m.text, m.priority, m.get_property("k"), m.get_property("seq"),
+                                 m.get_property("amount"), m.get_property("vip")) for m in consumer)
+    assert got["from-arrow"] == got["from-rows"] == sorted(
+        (f"w{i}", i % 10, str(i), i, 2.5, True) for i in range(5))
+
+
+def test_a_write_task_logs_each_chunk_before_creating_its_files(tmp_path, monkeypatch):
+    """Every file a task creates is named by its log when it appears (bulk logging keeps the
+    order a transacted send has: log, then file)."""
+    import dropboxmq.spark as ds
+    from dropboxmq.spark import DropboxMQBatchWriter
+
+    monkeypatch.setattr(ds, "WRITE_CHUNK_ROWS", 4)
+    root = tmp_path / "root"
+    w = DropboxMQBatchWriter({"root": str(root), "path": "q", "durable": "true"})
+    seen_unlogged = []
+    real_create = Dropbox.create
+
+    def create(box, name, body, durable):
+        logs = (root / "dropboxmq" / "transaction" / "associated").iterdir()
+        logged = {e.name for p in logs for e in read_log(p)}
+        if name not in logged:
+            seen_unlogged.append(name)
+        return real_create(box, name, body, durable)
+
+    monkeypatch.setattr(Dropbox, "create", create)
+    attempt = w.write(iter(_writer_rows(10)))
+    assert attempt.count == 10 and seen_unlogged == []
+    assert len(os.listdir(layout.queue_box(root, Queue("q")).dir(State.NOT_COMMITTED))) == 10
+    w.commit([attempt])
+    assert len(os.listdir(layout.queue_box(root, Queue("q")).dir(State.NEW))) == 10
+
+
+def test_record_many_and_record_entries_write_the_lines_record_writes(tmp_path):
+    box = layout.queue_box(tmp_path, Queue("q")).ensure()
+    ensure_layout(tmp_path)
+    one, many, gathered = (TransactionLog(tmp_path, "c", tag, 0) for tag in ("one", "many", "gathered"))
+    names = [f"n{i}" for i in range(3)]
+    for n in names:
+        one.record("send", box, n)
+    many.record_many("send", [(box, n) for n in names])
+    gathered.record_entries(list(one.entries))
+    for log in (one, many, gathered):
+        log.close(False)
+    texts = {log.name: log.path.read_text() for log in (one, many, gathered)}
+    assert len(set(texts.values())) == 1
+    assert read_log(many.path) == [LogEntry("send", "q/incoming", n) for n in names]
+
+
+def test_the_stream_source_claims_in_the_consumers_order_with_its_verdicts(tmp_path):
+    """The source's latestOffset and a MessageConsumer take the same claim step: twin queues give
+    the same delivery order; a selector's misses stay, an expired message goes to expired/, a
+    delayed one waits."""
+    import time
+
+    import dropboxmq.codec as codec
+    from dropboxmq.spark import DropboxMQStreamReader
+
+    root = tmp_path / "root"
+    with Connection(root, "p", create=True) as conn:
+        p = conn.create_session().create_producer()
+        for queue in ("src", "twin"):
+            for i in range(12):
+                m = TextMessage(f"m{i}")
+                m.set_property("keep", i != 4)
+                p.send(m, Queue(queue), priority=(i * 7) % 10, time_to_live=0.001 if i == 7 else 0,
+                       delivery_delay=3600 if i == 9 else 0)
+    time.sleep(0.01)  # m7 expires
+    with Connection(root, "c") as conn:
+        consumer = conn.create_session().create_consumer(Queue("twin"), "keep = TRUE")
+        expected = [m.text for m in consumer]
+    assert sorted(expected) == sorted(f"m{i}" for i in range(12) if i not in (4, 7, 9))
+    reader = DropboxMQStreamReader({"root": str(root), "path": "src", "checkpointLocation": str(tmp_path / "ck"),
+                                    "maxMessagesPerTrigger": "3", "selector": "keep = TRUE"})
+    offsets = [reader.initialOffset()]
+    while (end := reader.latestOffset(offsets[-1], None)) != offsets[-1]:
+        offsets.append(end)
+    manifests = root / "dropboxmq" / "spark" / "streams" / codec.encode_field(reader.client_id)
+    claimed = [codec.split_processing_name(n)[1] for seq in range(1, len(offsets))
+               for n in json.loads((manifests / f"{seq}.json").read_text())["names"]]
+    reader.stop()
+    box = layout.queue_box(root, Queue("src"))
+    texts = [box.read(State.DELIVERED, codec.processing_name(reader.client_id, n)).decode() for n in claimed]
+    assert texts == expected
+    assert len(offsets) - 1 == math.ceil(len(expected) / 3)
+    assert len(box.list(State.EXPIRED)) == 1 and len(box.list(State.NEW)) == 2  # m4 (selector), m9 (delayed)
