@@ -1,7 +1,7 @@
 -------------------------- MODULE CheckpointOwner --------------------------
 (***************************************************************************)
 (* A consumer whose acknowledgement is decided by an external commit log: *)
-(* a Spark streaming query (reference/dropboxmq/spark.py), like a          *)
+(* a Spark streaming query (reference/dropboxmq_spark/__init__.py), like a          *)
 (* transacted consumer whose commit record lives outside the dropbox.      *)
 (*                                                                         *)
 (* The query claims a batch (processing/<query>~...), its checkpoint logs *)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import tlc
+from dropboxmq_spec import tlc
 from dropboxmq.cli import main
 from dropboxmq_conformance import manifest as M
 
@@ -24,6 +24,21 @@ HINT = "pip install 'dropboxmq[{}]'"
 def _hide(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
     for name in modules:
         monkeypatch.setitem(sys.modules, name, None)
+
+
+def _hide_spec_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel without the spec's package data: its tooling (dropboxmq_spec's modules) imports,
+    the files are not found (importlib.resources reports the package missing)."""
+    from importlib import resources
+
+    real = resources.files
+
+    def files(anchor):
+        if anchor == "dropboxmq_spec":
+            raise ModuleNotFoundError("No module named 'dropboxmq_spec'", name="dropboxmq_spec")
+        return real(anchor)
+
+    monkeypatch.setattr(resources, "files", files)
 
 
 def _one_line_error(res, extra: str, module: str) -> None:
@@ -79,7 +94,7 @@ def test_a_manifest_naming_an_unknown_extra_is_refused(tmp_path):
 def test_the_spec_is_package_data_not_a_parent_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("DROPBOXMQ_SPEC_DIR", raising=False)
     assert (tlc.spec_dir() / "Dropbox.tla").is_file()
-    _hide(monkeypatch, "dropboxmq_spec")  # a wheel without its data: no walking up to a checkout's spec/
+    _hide_spec_data(monkeypatch)  # a wheel without its data: no walking up to a checkout's spec/
     with pytest.raises(FileNotFoundError, match="dropboxmq_spec"):
         tlc.spec_dir()
     monkeypatch.setenv("DROPBOXMQ_SPEC_DIR", str(tmp_path))
@@ -89,7 +104,10 @@ def test_the_spec_is_package_data_not_a_parent_folder(monkeypatch, tmp_path):
 
 def test_conformance_run_without_the_spec_is_inconclusive_and_says_what_tlc_needs(monkeypatch, tmp_path):
     monkeypatch.delenv("DROPBOXMQ_SPEC_DIR", raising=False)
-    _hide(monkeypatch, "dropboxmq_spec")
+    from dropboxmq_conformance import protocol
+
+    protocol.document()  # read once per process (cached): what goes missing here is TLC's spec
+    _hide_spec_data(monkeypatch)
     args = ["conformance", "run", "--impl", "reference", "--only", "producer.exit-clean", "--only", "model.tlc",
             "--out", str(tmp_path / "c")]
     res = CliRunner().invoke(main, args, terminal_width=200)

@@ -19,6 +19,8 @@ A root-wide flock serialises recoverers; live owners are never touched.
 from __future__ import annotations
 
 import fcntl
+import functools
+import importlib.metadata
 import logging
 import os
 import stat
@@ -38,7 +40,8 @@ from .transaction import log_owner, logged_sends, pending_logs, recover_log, rec
 
 log = logging.getLogger("dropboxmq")
 
-__all__ = ["RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name"]
+__all__ = ["RECOVERERS", "RecoveryReport", "recover", "recoverers", "reclaim_dead_owners", "reclaim_own_leftovers",
+           "redelivery_name"]
 
 
 @dataclass
@@ -51,7 +54,7 @@ class RecoveryReport:
     subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
     unfinished_removed: int = 0  # subscription directories a crash left half created or half removed
     claim_entries_removed: int = 0  # claim-register entries a crash or a lost race left behind
-    xa_in_doubt: list[str] = field(default_factory=list)  # prepared 2PC branches awaiting a decision
+    in_doubt: dict[str, list[str]] = field(default_factory=dict)  # recoverer -> what awaits a decision
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -64,9 +67,21 @@ class RecoveryReport:
             "subscriptions_removed": self.subscriptions_removed,
             "unfinished_removed": self.unfinished_removed,
             "claim_entries_removed": self.claim_entries_removed,
-            "xa_in_doubt": list(self.xa_in_doubt),
+            **{f"{name}_in_doubt": list(items) for name, items in self.in_doubt.items()},
             "errors": list(self.errors),
         }
+
+
+#: The entry point group of recoverers: ``name = "module:function"``, the function takes the root,
+#: finishes what it can and returns what still awaits a decision (reported as ``<name>_in_doubt``).
+#: The library finds an integration's leftovers this way (XA's prepared branches) without
+#: importing it: the integration depends on the library, never the other way.
+RECOVERERS = "dropboxmq.recoverers"
+
+
+@functools.cache
+def recoverers() -> dict[str, importlib.metadata.EntryPoint]:
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=RECOVERERS)}
 
 
 class _RootLock:
@@ -112,12 +127,11 @@ def recover(
                     report.errors.append(f"{path}: {exc}")
                     continue
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
-        from . import xa  # decided 2PC branches are finished; prepared ones wait for their coordinator
-
-        try:
-            report.xa_in_doubt = [str(x) for x in xa.recover(root)]
-        except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
-            report.errors.append(f"xa: {exc}")
+        for name, finish in recoverers().items():  # e.g. dropboxmq_xa: decided 2PC branches finished
+            try:
+                report.in_doubt[name] = [str(x) for x in finish.load()(root)]
+            except (OSError, StoreError, ImportError) as exc:  # must not stop the queues' recovery
+                report.errors.append(f"{name}: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         report.unfinished_removed = sweep_unfinished(root, cutoff)

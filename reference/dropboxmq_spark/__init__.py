@@ -104,20 +104,20 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import codec, ids, javanum, layout, topics
-from .clients import Registration, hold_for_checkpoint
-from .errors import InvalidClientIDError, StoreError
-from .lifecycle import TERMINAL, Move, State
-from .message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
-from .values import Property, infer_letter
-from .codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
-from .codec import from_wire, now_ms, to_wire
-from .decision import ClaimSettings, Verdict, decide
-from .recovery import reclaim_dead_owners
-from .session import selector_for
-from .log_lifecycle import LogMove, LogState
-from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
-from .transaction import (
+from dropboxmq import codec, ids, javanum, layout, topics
+from dropboxmq.clients import Registration, hold_for_checkpoint
+from dropboxmq.errors import InvalidClientIDError, StoreError
+from dropboxmq.lifecycle import TERMINAL, Move, State
+from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
+from dropboxmq.values import Property, infer_letter
+from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
+from dropboxmq.codec import from_wire, now_ms, to_wire
+from dropboxmq.decision import ClaimSettings, Verdict, decide
+from dropboxmq.recovery import reclaim_dead_owners
+from dropboxmq.session import selector_for
+from dropboxmq.log_lifecycle import LogMove, LogState
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
+from dropboxmq.transaction import (
     LogEntry,
     LogStore,
     TransactionLog,

@@ -46,7 +46,7 @@ from typing import Any
 
 import click
 
-from .extras import require
+from dropboxmq.extras import require
 
 __all__ = [
     "FIGURES", "FLAT_COLUMNS", "HistorySource", "flat_schema", "locate", "read_table", "figures_python",
@@ -329,10 +329,10 @@ def figures(path: str | Path, engine: str = "python", **kw: Any) -> dict:
 
 def consistency(root: str | Path) -> dict:
     """Every message in exactly one state, names decodable, no orphans."""
-    from . import codec, layout
-    from .clients import liveness
-    from .lifecycle import STATE_DIRS, State
-    from .transaction import log_owner, pending_logs, read_log
+    from dropboxmq import codec, layout
+    from dropboxmq.clients import liveness
+    from dropboxmq.lifecycle import STATE_DIRS, State
+    from dropboxmq.transaction import log_owner, pending_logs, read_log
 
     root = Path(root)
     report: dict[str, Any] = {"dropboxes": 0, "messages": 0, "in-two-states": [], "undecodable": [],

@@ -28,7 +28,7 @@ def _session():
     spark = (SparkSession.builder.master("local[2]").appName("dropboxmq-spark-bench")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from dropboxmq.spark import register
+    from dropboxmq_spark import register
 
     register(spark)  # an editable install is not discovered (see pyspark_dropboxmq)
     return spark
