@@ -74,6 +74,21 @@ def test_audit_without_pyarrow_or_pyspark_names_the_extra(monkeypatch, tmp_path)
                     "pyspark")
 
 
+def test_conformance_run_without_inotify_names_the_conformance_extra(monkeypatch, tmp_path):
+    _hide(monkeypatch, "inotify_simple")  # only the conformance watcher uses it: not a core dependency
+    res = CliRunner().invoke(main, ["conformance", "run", "--out", str(tmp_path / "c")])
+    _one_line_error(res, "conformance", "inotify_simple")
+
+
+def test_a_verb_whose_package_is_missing_is_listed_and_names_its_extra(monkeypatch):
+    """The tools' verbs are entry points (dropboxmq.commands): one that cannot load stays in --help
+    and says in one line which extra brings it."""
+    _hide(monkeypatch, "dropboxmq_stress.audit")
+    helped = CliRunner().invoke(main, ["--help"], terminal_width=200)
+    assert helped.exit_code == 0 and "audit" in helped.output.split("Commands:")[1], helped.output
+    _one_line_error(CliRunner().invoke(main, ["audit", "--history", "x"]), "stress", "dropboxmq_stress.audit")
+
+
 def test_spark_manifests_resolve_by_name_and_need_the_spark_extra(monkeypatch, tmp_path):
     for name in ("spark-producer", "spark-consumer", "spark-text-writer", "spark-file-stream", "activemq"):
         assert M.load(M.find(name)).name == name

@@ -176,9 +176,8 @@ def tool_verbs() -> dict[str, importlib.metadata.EntryPoint]:
 def _not_installed(verb: str, entry: importlib.metadata.EntryPoint, exc: ImportError) -> click.Command:
     """A stand-in for a verb that cannot load: listed by --help, and run, one line naming the extra."""
     extra = entry.extras[0] if entry.extras else None
-    line = (extras.needs(f"dropboxmq {verb}", extra) if extra else None) or \
-        f"dropboxmq {verb} needs {exc.name or exc}, which is not installed" + \
-        (f": pip install 'dropboxmq[{extra}]'" if extra else "")
+    line = (extras.needs(f"dropboxmq {verb}", extra, exc.name) if extra and exc.name else None) or \
+        f"dropboxmq {verb} cannot load: {exc}" + (f" (pip install 'dropboxmq[{extra}]')" if extra else "")
 
     def fail() -> None:
         raise click.ClickException(line)
