@@ -1,7 +1,7 @@
 -------------------------- MODULE CheckpointOwner --------------------------
 (***************************************************************************)
 (* A consumer whose acknowledgement is decided by an external commit log: *)
-(* a Spark streaming query (reference/dropboxmq/spark.py), like a          *)
+(* a Spark streaming query (reference/dropboxmq_spark/__init__.py), like a          *)
 (* transacted consumer whose commit record lives outside the dropbox.      *)
 (*                                                                         *)
 (* The query claims a batch (processing/<query>~...), its checkpoint logs *)
@@ -50,7 +50,7 @@ Init ==
     /\ sink = [m \in Msgs |-> 0] /\ rival = [m \in Msgs |-> 0] /\ redel = {}
 
 \* latestOffset claims a batch and Spark logs it in offsets/ (a claim no logged
-\* batch names is returned at the next start: spark.py _return_unplanned)
+\* batch names is returned at the next start: dropboxmq_spark _return_unplanned)
 Claim ==
     /\ up /\ batch = {}
     /\ \E S \in SUBSET {m \in Msgs : box[m] = "target"} :

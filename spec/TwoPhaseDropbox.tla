@@ -1,8 +1,8 @@
 -------------------------- MODULE TwoPhaseDropbox --------------------------
 (***************************************************************************)
-(* A dropbox session as a two-phase-commit resource (reference/dropboxmq/  *)
-(* xa.py), driven with a database branch by the coordinator of             *)
-(* coordinator.py, with crashes and recovery.                              *)
+(* A dropbox session as a two-phase-commit resource (reference/            *)
+(* dropboxmq_xa), driven with a database branch by the coordinator of      *)
+(* dropboxmq_xa/coordinator.py, with crashes and recovery.                 *)
 (*                                                                         *)
 (* The dropbox branch is a set of file moves Moves (its sends and          *)
 (* receives).  Its log lives in one directory at a time (durable):         *)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from dropboxmq import spec_traces
+from dropboxmq_spec import tlc_traces
 from dropboxmq_stress import apitester
 from dropboxmq_stress.apiclient import PLANT_ENV
 from dropboxmq_stress.apitester import APIModel, Defect
@@ -88,7 +88,7 @@ def test_the_programs_traces_are_behaviours_of_the_spec(tmp_path, monkeypatch):
     run_state_machine_as_test(APIModel, settings=settings(settings.get_profile("api-short"), max_examples=3))
     traces = sorted(tmp_path.glob("*.jsonl"))
     assert traces, "no program fitted the spec's models"
-    verdicts = spec_traces.validate_traces(traces, timeout=300, jobs=1)
+    verdicts = tlc_traces.validate_traces(traces, timeout=300, jobs=1)
     undecided = [v for v in verdicts if not v.decided]
     rejected = [v for v in verdicts if v.decided and not v.accepted]
     assert not rejected and not undecided, (rejected, undecided)

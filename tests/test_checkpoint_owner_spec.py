@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dropboxmq.spec_models import models, run_model
+from dropboxmq_spec.tlc_models import models, run_model
 
 
 def _model(name: str):

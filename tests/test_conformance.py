@@ -430,12 +430,12 @@ def test_a_check_its_good_twin_also_fails_catches_nothing():
 
 
 def test_tlc_that_cannot_run_makes_the_run_inconclusive(tmp_path, monkeypatch):
-    from dropboxmq import spec_traces
+    from dropboxmq_spec import tlc_traces
 
     def no_tlc(*a, **k):
         raise FileNotFoundError("java: not found")
 
-    monkeypatch.setattr(spec_traces, "validate_traces", no_tlc)
+    monkeypatch.setattr(tlc_traces, "validate_traces", no_tlc)
     m = M.load(SHELL / "shell.toml")
     summary = runner.run_all([m], tmp_path, only={"producer.exit-clean", "model.tlc"}, tlc=True)
     r = result(summary.reports[0], "model.tlc")

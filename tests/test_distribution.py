@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import tlc
+from dropboxmq_spec import tlc
 from dropboxmq.cli import main
 from dropboxmq_conformance import manifest as M
 
@@ -24,6 +24,21 @@ HINT = "pip install 'dropboxmq[{}]'"
 def _hide(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
     for name in modules:
         monkeypatch.setitem(sys.modules, name, None)
+
+
+def _hide_spec_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel without the spec's package data: its tooling (dropboxmq_spec's modules) imports,
+    the files are not found (importlib.resources reports the package missing)."""
+    from importlib import resources
+
+    real = resources.files
+
+    def files(anchor):
+        if anchor == "dropboxmq_spec":
+            raise ModuleNotFoundError("No module named 'dropboxmq_spec'", name="dropboxmq_spec")
+        return real(anchor)
+
+    monkeypatch.setattr(resources, "files", files)
 
 
 def _one_line_error(res, extra: str, module: str) -> None:
@@ -59,6 +74,21 @@ def test_audit_without_pyarrow_or_pyspark_names_the_extra(monkeypatch, tmp_path)
                     "pyspark")
 
 
+def test_conformance_run_without_inotify_names_the_conformance_extra(monkeypatch, tmp_path):
+    _hide(monkeypatch, "inotify_simple")  # only the conformance watcher uses it: not a core dependency
+    res = CliRunner().invoke(main, ["conformance", "run", "--out", str(tmp_path / "c")])
+    _one_line_error(res, "conformance", "inotify_simple")
+
+
+def test_a_verb_whose_package_is_missing_is_listed_and_names_its_extra(monkeypatch):
+    """The tools' verbs are entry points (dropboxmq.commands): one that cannot load stays in --help
+    and says in one line which extra brings it."""
+    _hide(monkeypatch, "dropboxmq_stress.audit")
+    helped = CliRunner().invoke(main, ["--help"], terminal_width=200)
+    assert helped.exit_code == 0 and "audit" in helped.output.split("Commands:")[1], helped.output
+    _one_line_error(CliRunner().invoke(main, ["audit", "--history", "x"]), "stress", "dropboxmq_stress.audit")
+
+
 def test_spark_manifests_resolve_by_name_and_need_the_spark_extra(monkeypatch, tmp_path):
     for name in ("spark-producer", "spark-consumer", "spark-text-writer", "spark-file-stream", "activemq"):
         assert M.load(M.find(name)).name == name
@@ -79,7 +109,7 @@ def test_a_manifest_naming_an_unknown_extra_is_refused(tmp_path):
 def test_the_spec_is_package_data_not_a_parent_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("DROPBOXMQ_SPEC_DIR", raising=False)
     assert (tlc.spec_dir() / "Dropbox.tla").is_file()
-    _hide(monkeypatch, "dropboxmq_spec")  # a wheel without its data: no walking up to a checkout's spec/
+    _hide_spec_data(monkeypatch)  # a wheel without its data: no walking up to a checkout's spec/
     with pytest.raises(FileNotFoundError, match="dropboxmq_spec"):
         tlc.spec_dir()
     monkeypatch.setenv("DROPBOXMQ_SPEC_DIR", str(tmp_path))
@@ -89,7 +119,10 @@ def test_the_spec_is_package_data_not_a_parent_folder(monkeypatch, tmp_path):
 
 def test_conformance_run_without_the_spec_is_inconclusive_and_says_what_tlc_needs(monkeypatch, tmp_path):
     monkeypatch.delenv("DROPBOXMQ_SPEC_DIR", raising=False)
-    _hide(monkeypatch, "dropboxmq_spec")
+    from dropboxmq_conformance import protocol
+
+    protocol.document()  # read once per process (cached): what goes missing here is TLC's spec
+    _hide_spec_data(monkeypatch)
     args = ["conformance", "run", "--impl", "reference", "--only", "producer.exit-clean", "--only", "model.tlc",
             "--out", str(tmp_path / "c")]
     res = CliRunner().invoke(main, args, terminal_width=200)

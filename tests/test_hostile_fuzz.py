@@ -191,7 +191,7 @@ def test_the_fuzzer_plants_into_every_directory_the_library_makes(tmp_path):
     directory in (queues, topics, .incoming/, subscriptions and their consumers, registrations,
     checkpoint holds, every transaction-log state, XA's) has none the fuzzer leaves out."""
     from dropboxmq.clients import hold_for_checkpoint
-    from dropboxmq.xa import create_xa_session
+    from dropboxmq_xa import create_xa_session
 
     root, _, _ = build(tmp_path)
     with Connection(root, client_id="c", settings=FAST, create=True) as conn:

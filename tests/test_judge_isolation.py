@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq import spec_traces
+from dropboxmq_spec import tlc_traces
 from dropboxmq_conformance import checks as C
 from dropboxmq_conformance import manifest as M
 from dropboxmq_conformance import replay as R
@@ -35,9 +35,9 @@ def test_a_tlc_crash_on_one_implementation_leaves_the_others_verdicts_unchanged(
         seen.append(paths)
         if any("/docs-minimal/" in p for p in paths):
             raise RuntimeError("TLC threw an unexpected exception")
-        return [spec_traces.TraceVerdict(p, True, None) for p in paths]
+        return [tlc_traces.TraceVerdict(p, True, None) for p in paths]
 
-    monkeypatch.setattr(R.spec_traces, "validate_traces", tlc)
+    monkeypatch.setattr(R.tlc_traces, "validate_traces", tlc)
     good = [M.load(SHELL / "shell.toml"), M.load(SHELL / "v12-style.toml")]
     alone = runner.run_all(good, tmp_path / "alone", only=ONLY, jobs=2)
     mixed = runner.run_all([M.load(DOCS / "docs-minimal.toml"), *good], tmp_path / "mixed", only=ONLY, jobs=3)

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from dropboxmq.tlc import spec_dir
+from dropboxmq_spec.tlc import spec_dir
 from dropboxmq.log_lifecycle import (
     COLLAPSED,
     LOG_TRANSITIONS,

@@ -11,9 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "reference" / "dropboxmq"
-TREES = ("reference", "conformance", "stress")
+TREES = ("reference", "conformance", "stress", "spec")
 #: top-level packages that are ours (an absolute import of one of them is an import of our code)
-OURS = ("dropboxmq", "dropboxmq_conformance", "dropboxmq_stress", "pyspark_dropboxmq")
+OURS = ("dropboxmq", "dropboxmq_spark", "dropboxmq_xa", "dropboxmq_kombu", "dropboxmq_spec", "dropboxmq_conformance",
+        "dropboxmq_stress", "pyspark_dropboxmq")
 CORE = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.name.startswith("_"))
 
 
@@ -86,7 +87,7 @@ def test_the_scan_finds_private_imports_and_attributes(tmp_path):
     (pkg / "store.py").write_text("def _fsync_dir(p): pass\n")
     (pkg / "xa.py").write_text("from .store import _fsync_dir\nfrom . import codec\ncodec._split_name('x')\n"
                                "from .session import Session\nSession._rollback(None)\n")
-    (tmp_path / "stress" / "gen.py").write_text("from dropboxmq.audit import _flat_schema\n"
+    (tmp_path / "stress" / "gen.py").write_text("from dropboxmq_stress.audit import _flat_schema\n"
                                                 "import dropboxmq.store as st\nst._renameat2\n"
                                                 "from os import _exit\n_exit\nimport json\njson._x\n")
     found = private_uses(tmp_path)

@@ -158,7 +158,7 @@ def test_batch_write_retried_tasks_never_duplicate(spark, tmp_path):
 def test_batch_writer_abort_removes_everything(tmp_path):
     from pyspark.sql import Row
 
-    from dropboxmq.spark import DropboxMQBatchWriter
+    from dropboxmq_spark import DropboxMQBatchWriter
 
     root = tmp_path / "root"
     w = DropboxMQBatchWriter({"root": str(root), "path": "q"})
@@ -174,8 +174,8 @@ def test_batch_writer_abort_removes_everything(tmp_path):
 def test_stream_writer_commits_each_batch_id_once(tmp_path, monkeypatch):
     from pyspark.sql import Row
 
-    import dropboxmq.spark as ds
-    from dropboxmq.spark import DropboxMQStreamWriter
+    import dropboxmq_spark as ds
+    from dropboxmq_spark import DropboxMQStreamWriter
 
     batch = {"id": "0"}
     monkeypatch.setattr(ds, "_current_batch", lambda: batch["id"])  # what Spark tells a task
@@ -385,7 +385,7 @@ def test_claims_belong_to_the_checkpoint_until_it_is_deleted_or_released(tmp_pat
     exists; deleting the checkpoint, or ``recover --release CLIENT``, gives them back."""
     from dropboxmq.clients import hold_for_checkpoint
     from dropboxmq.recovery import reclaim_dead_owners
-    from dropboxmq.spark import DropboxMQStreamReader
+    from dropboxmq_spark import DropboxMQStreamReader
 
     root = tmp_path / "root"
     send(root, "in", 10)
@@ -461,7 +461,7 @@ def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     logged batch not committed stays claimed and is replayed marked redelivered, a claim no
     logged batch names goes back redelivered."""
     from dropboxmq.codec import decode_name
-    from dropboxmq.spark import DropboxMQStreamReader
+    from dropboxmq_spark import DropboxMQStreamReader
 
     root, ck = tmp_path / "root", tmp_path / "ck"
     send(root, "in", 9)

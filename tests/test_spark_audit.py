@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from dropboxmq.audit import FIGURES, consistency, figures, locate, read_table  # noqa: E402
+from dropboxmq_stress.audit import FIGURES, consistency, figures, locate, read_table  # noqa: E402
 from dropboxmq_stress.checker import check, check_dir  # noqa: E402
 from dropboxmq_stress.gen_history import generate  # noqa: E402
 from dropboxmq_stress.history import History  # noqa: E402

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import lifecycle
-from dropboxmq import spec_models as sm
-from dropboxmq import spec_traces as st
-from dropboxmq import tlc
+from dropboxmq_spec import tlc_models as sm
+from dropboxmq_spec import tlc_traces as st
+from dropboxmq_spec import tlc
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
 

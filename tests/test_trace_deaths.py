@@ -16,12 +16,12 @@ from typing import Iterator
 
 import pytest
 
-from dropboxmq import spec_traces
+from dropboxmq_spec import tlc_traces
 from dropboxmq_conformance import harness
 from dropboxmq_conformance import manifest as M
 from dropboxmq_conformance import replay as R
 from dropboxmq_conformance.harness import Proc, Scenario, make_layout
-from dropboxmq.trace import TraceError, death_of, load_trace
+from dropboxmq_spec.trace import TraceError, death_of, load_trace
 
 Q = "Q1/incoming"
 NAME = "4.1700000000001-0000000001.T"
@@ -94,7 +94,7 @@ def test_tlc_holds_crashes_and_recoveries_to_the_recorded_deaths(tmp_path):
         p = tmp_path / f"{name}.jsonl"
         p.write_text("".join(json.dumps(r) + "\n" for r in trace))
         paths.append(p)
-    verdicts = {Path(v.path).stem: v for v in spec_traces.validate_traces(paths, timeout=300, jobs=2)}
+    verdicts = {Path(v.path).stem: v for v in tlc_traces.validate_traces(paths, timeout=300, jobs=2)}
     for name, (_trace, bad) in cases.items():
         v = verdicts[name]
         assert v.decided, v
@@ -102,17 +102,17 @@ def test_tlc_holds_crashes_and_recoveries_to_the_recorded_deaths(tmp_path):
 
 
 def test_a_kill_renders_as_the_models_crash_of_that_consumer():
-    rt, facts = spec_traces.render_trace(SENT + [KILL_CLI, RECOVERED])
+    rt, facts = tlc_traces.render_trace(SENT + [KILL_CLI, RECOVERED])
     kill, rec = rt.events[4], rt.events[5]
     assert (kill["op"], kill["act"], kill["p"]) == ('"kill"', '"Crash"', "c1") and facts["kills"] == 1
     assert rec["rcv"] == "TRUE" and rec["sc"] == "c1"
     # whose private steps may precede each event: the process Move.actor names
     assert [e["who"] for e in rt.events] == ["{Prod}", "{Prod}", "{Prod}", "{c1}", "{}", "{c1}"]
     # a death of a process that never held anything here is none of the model's
-    rt, facts = spec_traces.render_trace(SENT + [dict(KILL_CLI, clients=["nobody"])])
+    rt, facts = tlc_traces.render_trace(SENT + [dict(KILL_CLI, clients=["nobody"])])
     assert [e["op"] for e in rt.events].count('"kill"') == 0 and facts["kills"] == 0
     # a producer's death is the model's producer's
-    rt, _ = spec_traces.render_trace(SENT[:2] + [{"op": "kill", "role": "produce", "client": "p1"}])
+    rt, _ = tlc_traces.render_trace(SENT[:2] + [{"op": "kill", "role": "produce", "client": "p1"}])
     assert rt.events[-1]["p"] == "Prod"
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("dropboxmq", "dropboxmq_kombu", "dropboxmq_conformance", "dropboxmq_stress", "dropboxmq_spec",
-        "pyspark_dropboxmq")
+OURS = ("dropboxmq", "dropboxmq_kombu", "dropboxmq_spark", "dropboxmq_xa", "dropboxmq_conformance", "dropboxmq_stress",
+        "dropboxmq_spec", "pyspark_dropboxmq")
 
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
@@ -86,8 +86,12 @@ def test_the_wheel_outside_the_repo_gives_the_repository_verdicts(installed, tmp
                   tmp_path, env)  # the Celery manifests and their scripts ship too
     assert Path(celery.stdout.strip()).resolve().is_relative_to(venv.resolve()), celery.stdout + celery.stderr
     assert (Path(celery.stdout.strip()).parent / "worker.py").is_file()
-    spec = _run([python, "-c", "from dropboxmq.tlc import spec_dir; print(spec_dir())"], tmp_path, env)
+    spec = _run([python, "-c", "from dropboxmq_spec.tlc import spec_dir; print(spec_dir())"], tmp_path, env)
     assert Path(spec.stdout.strip()).resolve().is_relative_to(venv.resolve()), spec.stdout + spec.stderr
+    # the other packages' verbs come from the wheel's entry points (the CLI imports none of them)
+    helped = _run([dmq, "--help"], tmp_path, env)
+    verbs = {ln.split()[0] for ln in helped.stdout.split("Commands:")[-1].splitlines() if ln.strip()}
+    assert {"audit", "conformance", "demo", "spec", "stress", "xa", "send", "recover"} <= verbs, helped.stdout
 
     # 2. spec check (one model, one mutant) and the conformance suite, side by side, each from
     # its own empty working directory

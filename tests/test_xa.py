@@ -20,8 +20,9 @@ import pytest
 from conftest import FAST, fork_context, ls
 from dropboxmq_stress.pg_server import PgServer, PgUnavailable
 
-from dropboxmq import recovery, xa
-from dropboxmq.coordinator import Coordinator, CoordinatorError
+import dropboxmq_xa as xa
+from dropboxmq import recovery
+from dropboxmq_xa.coordinator import Coordinator, CoordinatorError
 from dropboxmq.errors import IllegalStateError
 from dropboxmq.message import Queue
 from dropboxmq.connection import Connection
@@ -542,7 +543,7 @@ def test_coordinator_is_single_instance(tmp_path):
 def test_coordinators_sharing_a_directory_keep_each_others_decisions(tmp_path):
     """Found by the stress test: a restarted coordinator must forget only its own decisions."""
     with Coordinator(tmp_path / "tm", "a") as a, Coordinator(tmp_path / "tm", "b") as b:
-        from dropboxmq.coordinator import GlobalTx
+        from dropboxmq_xa.coordinator import GlobalTx
 
         a._write_decision(GlobalTx("a.1", 1, {}, {}))
         b._write_decision(GlobalTx("b.1", 1, {}, {}))

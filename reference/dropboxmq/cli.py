@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import errno
+import functools
+import importlib.metadata
 import json
 import math
 import os
@@ -13,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, Callable, Iterator, Mapping, NoReturn
 
 import click
 from rich.console import Console
@@ -21,7 +23,7 @@ from rich.markup import escape
 from rich.text import Text
 from rich.table import Table
 
-from . import __version__
+from . import __version__, extras
 from .cli_root import require_root
 from .errors import DropboxMQError
 from .layout import DEFAULT_ROOT
@@ -90,8 +92,26 @@ class _Group(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if ctx.parent is None:
-            args = hoist_global_options(args, self.commands)
+            args = hoist_global_options(args, _Verbs(self, ctx))
         return super().parse_args(ctx, args)
+
+    # The other packages' verbs (stress, conformance, spec, xa, audit, demo) come from the entry
+    # point group TOOL_VERBS, loaded when named (or listed by --help): the CLI imports none of them.
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(tool_verbs()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        own = super().get_command(ctx, cmd_name)
+        if own is not None or cmd_name not in tool_verbs():
+            return own
+        entry = tool_verbs()[cmd_name]
+        try:
+            command = entry.load()
+        except ImportError as exc:  # the extra (or the package) that brings it is not installed
+            return _not_installed(cmd_name, entry, exc)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"entry point {TOOL_VERBS}:{cmd_name} is {command!r}, not a click command")
+        return command
 
     def invoke(self, ctx: click.Context):
         try:
@@ -122,6 +142,49 @@ class _Group(click.Group):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Verbs(Mapping[str, click.Command]):
+    """The group's verbs, its own and the entry points', as a mapping (hoist_global_options)."""
+
+    def __init__(self, group: click.Group, ctx: click.Context):
+        self.group, self.ctx = group, ctx
+
+    def __getitem__(self, name: str) -> click.Command:
+        command = self.group.get_command(self.ctx, name)
+        if command is None:
+            raise KeyError(name)
+        return command
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.group.list_commands(self.ctx))
+
+    def __len__(self) -> int:
+        return len(self.group.list_commands(self.ctx))
+
+
+#: the entry point group other packages register their verbs in (pyproject [project.entry-points])
+TOOL_VERBS = "dropboxmq.commands"
+
+
+@functools.cache
+def tool_verbs() -> dict[str, importlib.metadata.EntryPoint]:
+    """verb -> its entry point; an entry point's ``[extra]`` names the extra its verb needs."""
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=TOOL_VERBS)}
+
+
+def _not_installed(verb: str, entry: importlib.metadata.EntryPoint, exc: ImportError) -> click.Command:
+    """A stand-in for a verb that cannot load: listed by --help, and run, one line naming the extra."""
+    extra = entry.extras[0] if entry.extras else None
+    line = (extras.needs(f"dropboxmq {verb}", extra, exc.name) if extra and exc.name else None) or \
+        f"dropboxmq {verb} cannot load: {exc}" + (f" (pip install 'dropboxmq[{extra}]')" if extra else "")
+
+    def fail() -> None:
+        raise click.ClickException(line)
+
+    return click.Command(verb, callback=fail, help=line, short_help="(not installed) " + line.split(": ")[-1],
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                         add_help_option=False)
 
 
 class _Discard:
@@ -1376,55 +1439,6 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
         click.echo(f"would delete {total.matched} message(s), {total.bytes:,} bytes (dry run)")
     else:
         click.echo(f"deleted {total.removed} message(s), {total.bytes:,} bytes")
-
-
-@main.command()
-@click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 64), help="Producer processes.")
-@click.option("--consumers", default=3, show_default=True, type=click.IntRange(1, 64), help="Consumer processes.")
-@click.option("--messages", default=2000, show_default=True, type=click.IntRange(1),
-              help="Persistent messages to send, shared among the producers.")
-@click.option("--queue", default="demo", show_default=True, help="The queue to use (created if needed).")
-@click.pass_context
-def demo(ctx, producers, consumers, messages, queue) -> None:
-    """Send and consume with several processes on one queue and check every message
-    was processed exactly once (the README's `make run`).  Exit status 1 if not."""
-    from .demo import run_demo
-
-    Queue(queue)
-    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, console,
-                  show_progress=not ctx.obj["quiet"] and sys.stdout.isatty())
-    sys.exit(0 if ok else 1)
-
-
-def _register_optional_groups() -> None:
-    try:
-        from .audit import audit
-        main.add_command(audit)
-    except ImportError:  # audit support not present
-        pass
-    try:
-        from dropboxmq_stress.cli import stress
-        main.add_command(stress)
-    except ImportError:
-        pass
-    try:
-        from .xa_cli import xa
-        main.add_command(xa)
-    except ImportError:  # two-phase-commit support not present
-        pass
-    try:
-        from dropboxmq_conformance.cli import conformance
-        main.add_command(conformance)
-    except ImportError:  # conformance suite not installed
-        pass
-    try:
-        from .spec_check import spec
-    except ImportError:  # spec tooling not installed
-        return
-    main.add_command(spec)
-
-
-_register_optional_groups()
 
 
 if __name__ == "__main__":

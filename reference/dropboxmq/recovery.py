@@ -19,12 +19,13 @@ A root-wide flock serialises recoverers; live owners are never touched.
 from __future__ import annotations
 
 import fcntl
+import functools
+import importlib.metadata
 import logging
 import os
 import stat
 import time
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
@@ -40,15 +41,8 @@ from .transaction import CorruptLogError, log_owner, logged_sends, pending_logs,
 
 log = logging.getLogger("dropboxmq")
 
-#: the entry-point group of the integrations' restart-time steps: ``step(root)`` finishes what
-#: its log decided and returns what still waits for a decision (the XA log's prepared branches).
-#: Found by name, not imported: the library never imports an integration.
-RECOVERY_STEPS = "dropboxmq.recovery"
-
-__all__ = [
-    "RecoveryReport", "recover", "reclaim_dead_owners", "reclaim_own_leftovers", "redelivery_name",
-    "finish_dead_commits", "recover_owner", "housekeeping",
-]
+__all__ = ["RECOVERERS", "RecoveryReport", "recover", "recoverers", "reclaim_dead_owners", "reclaim_own_leftovers",
+           "redelivery_name", "finish_dead_commits", "recover_owner", "housekeeping"]
 
 
 @dataclass
@@ -61,7 +55,7 @@ class RecoveryReport:
     subscriptions_removed: int = 0  # non-durable subscriptions of dead processes
     unfinished_removed: int = 0  # subscription directories a crash left half created or half removed
     claim_entries_removed: int = 0  # claim-register entries a crash or a lost race left behind
-    xa_in_doubt: list[str] = field(default_factory=list)  # prepared 2PC branches awaiting a decision
+    in_doubt: dict[str, list[str]] = field(default_factory=dict)  # recoverer -> what awaits a decision
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -74,9 +68,21 @@ class RecoveryReport:
             "subscriptions_removed": self.subscriptions_removed,
             "unfinished_removed": self.unfinished_removed,
             "claim_entries_removed": self.claim_entries_removed,
-            "xa_in_doubt": list(self.xa_in_doubt),
+            **{f"{name}_in_doubt": list(items) for name, items in self.in_doubt.items()},
             "errors": list(self.errors),
         }
+
+
+#: The entry point group of recoverers: ``name = "module:function"``, the function takes the root,
+#: finishes what it can and returns what still awaits a decision (reported as ``<name>_in_doubt``).
+#: The library finds an integration's leftovers this way (XA's prepared branches) without
+#: importing it: the integration depends on the library, never the other way.
+RECOVERERS = "dropboxmq.recoverers"
+
+
+@functools.cache
+def recoverers() -> dict[str, importlib.metadata.EntryPoint]:
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=RECOVERERS)}
 
 
 class _RootLock:
@@ -122,11 +128,11 @@ def recover(
                     report.errors.append(f"{path}: {exc}")
                     continue
                 report.transactions[outcome] = report.transactions.get(outcome, 0) + 1
-        for step in entry_points(group=RECOVERY_STEPS):  # the XA log: decided branches finished
+        for name, finish in recoverers().items():  # e.g. dropboxmq_xa: decided 2PC branches finished
             try:
-                report.xa_in_doubt += [str(x) for x in step.load()(root)]  # prepared ones wait
-            except (OSError, StoreError) as exc:  # a broken xa directory must not stop the queues' recovery
-                report.errors.append(f"{step.name}: {exc}")
+                report.in_doubt[name] = [str(x) for x in finish.load()(root)]
+            except (OSError, StoreError, ImportError) as exc:  # must not stop the queues' recovery
+                report.errors.append(f"{name}: {exc}")
         report.subscriptions_removed = reclaim_orphans(root)
         cutoff = time.time() - orphan_age
         report.unfinished_removed = sweep_unfinished(root, cutoff)

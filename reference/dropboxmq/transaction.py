@@ -17,7 +17,7 @@ Applying a move twice is harmless: a move whose source is gone returns False
 
 Where a log may go is the table of ``log_lifecycle.py``; ``LogStore`` here is the
 only code that creates, renames or deletes a log, for these session logs, the
-two-phase branches of ``xa.py`` and the Spark jobs and sinks of ``spark.py``.
+two-phase branches of ``dropboxmq_xa`` and the Spark jobs and sinks of ``dropboxmq_spark``.
 """
 
 from __future__ import annotations

@@ -40,14 +40,88 @@ import itertools
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from .history import read_history
+
+__all__ = ["TOTAL_QUEUE_KEYS", "Facts", "check", "check_dir", "percentiles", "total_queue"]
 
 #: the total-queue figures a profile sums over its cases (report.json's "figures", the HTML table)
 TOTAL_QUEUE_KEYS = ("attempt-count", "acknowledged-count", "ok-count", "lost-count", "duplicated-count",
                     "unexpected-count", "recovered-count", "in-doubt-count", "quarantined-count")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a history says about one value -- or, with ``values`` > 1, about that many values alike
+    (``dropboxmq audit`` groups them, so that tens of millions of values are a dozen rows)."""
+
+    attempted: bool  # some producer invoked a send of it
+    acknowledged: bool  # a send of it returned ok
+    deliveries: int  # receive ok records (foreign ones excluded)
+    value: str | None = None  # required when acknowledged and never delivered: the lost rule names it
+    persistent: bool = True  # of its last acknowledged send (the power-loss rule)
+    values: int = 1
+
+
+def total_queue(facts: Iterable[Facts], final_state: dict, killed: Mapping[str, str], power_loss: bool) -> dict:
+    """Jepsen's total-queue figures and our lost rule (the module docstring), the one computation
+    of them: the checker and both engines of ``dropboxmq audit`` call it.  ``final_state``: after
+    recovery, before the drain; ``killed``: process -> why, for every process a kill hit."""
+    n = dict.fromkeys(("attempt-count", "acknowledged-count", "ok-count", "duplicated-count", "unexpected-count",
+                       "recovered-count"), 0)
+    unexpected: list[str] = []
+    candidates: list[Facts] = []  # acknowledged, never delivered
+    for f in facts:
+        delivered = f.deliveries > 0
+        n["attempt-count"] += f.values * f.attempted
+        n["acknowledged-count"] += f.values * f.acknowledged
+        n["ok-count"] += f.values * (delivered and f.acknowledged)
+        n["duplicated-count"] += f.values * (f.deliveries >= 2)
+        n["unexpected-count"] += f.values * (delivered and not f.attempted)
+        n["recovered-count"] += f.values * (delivered and f.attempted and not f.acknowledged)
+        if delivered and not f.attempted and f.value is not None:
+            unexpected.append(f.value)
+        if f.acknowledged and not delivered:
+            if f.value is None or f.values != 1:
+                raise ValueError("an acknowledged value never delivered is judged one by one: name it")
+            candidates.append(f)
+
+    processed_by: dict[str, str | None] = {}
+    for entry in final_state.get("processed", []):
+        if entry.get("value"):
+            processed_by[entry["value"]] = entry.get("client")
+    in_error = {e["value"] for e in final_state.get("error", []) if e.get("value")}
+    acked_unobserved: dict[str, str] = {}
+    lost_np: list[str] = []
+    quarantined_acked: list[str] = []
+    lost: list[str] = []
+    for f in sorted(candidates, key=lambda f: f.value or ""):
+        v = f.value or ""
+        client = processed_by.get(v)
+        if v in processed_by and client in killed:  # acked, then killed before it could record the delivery
+            acked_unobserved[v] = killed[client or ""]
+        elif v in in_error:
+            quarantined_acked.append(v)
+        elif power_loss and not f.persistent:
+            lost_np.append(v)
+        else:
+            lost.append(v)
+    return {
+        **n,
+        "lost-count": len(lost),
+        "in-doubt-count": len(final_state.get("working", [])) + len(final_state.get("processing", [])),
+        "quarantined-count": len(final_state.get("error", [])),
+        "quarantined-acknowledged-count": len(quarantined_acked),
+        "acked-unobserved-count": len(acked_unobserved),
+        "lost-non-persistent-count": len(lost_np),
+        "lost": lost[:50],
+        "unexpected": sorted(unexpected)[:50],
+        "quarantined-acknowledged": quarantined_acked[:50],
+        "acked-unobserved": dict(list(acked_unobserved.items())[:50]),
+    }
 
 
 def percentiles(xs: list[float], ps=(50, 90, 99, 99.9)) -> dict[str, float | None]:
@@ -156,51 +230,22 @@ def check(records: Iterable[dict], final_state: dict | None = None, *, allow_qua
             if d.get("mode") == "dups_ok" and d["p"] not in killed:
                 ack_ok.setdefault((d["p"], v), d["t"])
 
-    delivered = set(deliveries)
-    attempted = set(attempts)
-    acknowledged = set(acked)
-    ok_set = delivered & acknowledged
-    unexpected = delivered - attempted
-    recovered = (delivered & attempted) - acknowledged
-
-    # final state (after recovery, before the drain): where every value ended up
-    processed_by: dict[str, str | None] = {}
-    for entry in final_state.get("processed", []):
-        if entry.get("value"):
-            processed_by[entry["value"]] = entry.get("client")
-    in_error = {e["value"] for e in final_state.get("error", []) if e.get("value")}
-
-    acked_unobserved: dict[str, str] = {}
-    lost_np: list[str] = []
-    quarantined_acked: list[str] = []
-    lost: list[str] = []
-    for v in sorted(acknowledged - delivered):
-        client = processed_by.get(v, "")
-        if v in processed_by:
-            pending = open_op.get(client or "")
-            if client in killed and pending is not None and pending.get("f") == "receive":
-                acked_unobserved[v] = f"{client} killed inside receive (AUTO ack done, return not reached)"
-                continue
-            if client in killed:
-                acked_unobserved[v] = f"{client} killed after acking, before recording"
-                continue
-        if v in in_error:
-            quarantined_acked.append(v)
-            continue
-        if power_loss and not acked[v].get("persistent", True):
-            lost_np.append(v)
-            continue
-        lost.append(v)
+    figures = total_queue(
+        (Facts(v in attempts, v in acked, len(deliveries.get(v, ())), v, acked[v].get("persistent", True)
+               if v in acked else True) for v in attempts.keys() | acked.keys() | deliveries.keys()),
+        final_state,
+        {p: (f"{p} killed inside receive (AUTO ack done, return not reached)"
+             if (open_op.get(p) or {}).get("f") == "receive" else f"{p} killed after acking, before recording")
+         for p in killed},
+        power_loss)
 
     # duplicates and their explanations
-    duplicated: dict[str, int] = {}
     explained: list[dict] = []
     unexplained: list[dict] = []
     flag_missing: list[dict] = []
     for v, ds in deliveries.items():
         if len(ds) < 2:
             continue
-        duplicated[v] = len(ds)
         for prev, nxt in itertools.pairwise(ds):
             p = prev["p"]
             why = None
@@ -239,31 +284,19 @@ def check(records: Iterable[dict], final_state: dict | None = None, *, allow_qua
             out[min(n - 1, int((t - t0) / bucket))] += 1
         return out
 
-    in_doubt = len(final_state.get("working", [])) + len(final_state.get("processing", []))
     escaped = [r for r in records if r.get("f") == "escape"]
     nemesis_errors = [r for r in records if r.get("f") == "nemesis-error"]
-    valid = (not lost and not unexpected and not corrupt and not unexplained and not escaped
-             and not nemesis_errors
-             and (allow_quarantined or not quarantined_acked))
+    valid = (not figures["lost-count"] and not figures["unexpected-count"] and not corrupt and not unexplained
+             and not escaped and not nemesis_errors
+             and (allow_quarantined or not figures["quarantined-acknowledged-count"]))
     return {
         "valid": valid,
-        "attempt-count": len(attempted),
-        "acknowledged-count": len(acknowledged),
-        "ok-count": len(ok_set),
-        "lost-count": len(lost),
-        "duplicated-count": len(duplicated),
-        "unexpected-count": len(unexpected),
-        "recovered-count": len(recovered),
-        "in-doubt-count": in_doubt,
-        "quarantined-count": len(final_state.get("error", [])),
-        "quarantined-acknowledged-count": len(quarantined_acked),
-        "acked-unobserved-count": len(acked_unobserved),
-        "lost-non-persistent-count": len(lost_np),
+        **{k: v for k, v in figures.items() if k.endswith("-count")},
         "corrupt-count": len(corrupt),
         "redelivered-flag-missing-count": len(flag_missing),
         "duplicates-explained": len(explained),
         "duplicates-unexplained": len(unexplained),
-        "failed-but-delivered-count": len(failed_sends & delivered),
+        "failed-but-delivered-count": len(failed_sends & deliveries.keys()),
         "foreign-delivered-count": len(foreign),
         "escape-count": len(escaped),
         "nemesis-errors": [r.get("detail") for r in nemesis_errors[:10]],
@@ -279,11 +312,11 @@ def check(records: Iterable[dict], final_state: dict | None = None, *, allow_qua
             "bucket": bucket,
         },
         "latency": {"send": percentiles(send_lat), "end_to_end": percentiles(e2e_lat)},
-        "lost": lost[:50],
-        "unexpected": sorted(unexpected)[:50],
+        "lost": figures["lost"],
+        "unexpected": figures["unexpected"],
         "corrupt": [{"value": c.get("value"), "p": c["p"], "size": c.get("size")} for c in corrupt[:50]],
-        "quarantined-acknowledged": quarantined_acked[:50],
-        "acked-unobserved": dict(list(acked_unobserved.items())[:50]),
+        "quarantined-acknowledged": figures["quarantined-acknowledged"],
+        "acked-unobserved": figures["acked-unobserved"],
         "duplicates": {"explained": explained[:200], "unexplained": unexplained[:200]},
         "redelivered-flag-missing": flag_missing[:50],
         "escapes": escaped[:20],

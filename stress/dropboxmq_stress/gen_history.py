@@ -1,4 +1,4 @@
-"""Generate a large synthetic history for ``dropboxmq audit`` (flat format, see dropboxmq.audit).
+"""Generate a large synthetic history for ``dropboxmq audit`` (flat format, see dropboxmq_stress.audit).
 
     python -m dropboxmq_stress.gen_history OUT_DIR --rows 10000000 [--format parquet|jsonl] [--files 4]
 
@@ -24,7 +24,7 @@ def generate(out: str | Path, rows: int, fmt: str = "parquet", files: int = 1, s
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from dropboxmq.audit import flat_schema
+    from dropboxmq_stress.audit import flat_schema
 
     out = Path(out)
     hist = out / "history"

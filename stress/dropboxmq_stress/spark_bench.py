@@ -53,7 +53,7 @@ def _session(partitions: int):
              .config("spark.sql.shuffle.partitions", str(partitions))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from dropboxmq.spark import register
+    from dropboxmq_spark import register
 
     register(spark)  # an editable install is not discovered (see pyspark_dropboxmq)
     return spark

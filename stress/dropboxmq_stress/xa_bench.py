@@ -34,8 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
-from dropboxmq import xa
-from dropboxmq.coordinator import Coordinator
+import dropboxmq_xa as xa
+from dropboxmq_xa.coordinator import Coordinator
 from dropboxmq.extras import require_or_exit
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE

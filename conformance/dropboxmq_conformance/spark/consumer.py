@@ -14,7 +14,7 @@ from common import session  # type: ignore[import-not-found]  # the script's fol
 root, queue, client_id, out = sys.argv[1:5]
 per_trigger = os.environ.get("DROPBOXMQ_MAX_PER_TRIGGER", "5")
 spark = session("dropboxmq-conformance-consumer")
-from dropboxmq.spark import register  # noqa: E402
+from dropboxmq_spark import register  # noqa: E402
 
 register(spark)
 ckpt = os.path.join(out, f"spark-checkpoint-{client_id}")

@@ -12,7 +12,7 @@ from common import session  # type: ignore[import-not-found]  # the script's fol
 
 root, queue, body_dir, priority = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spark = session("dropboxmq-conformance-producer")
-from dropboxmq.spark import register  # noqa: E402
+from dropboxmq_spark import register  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 register(spark)

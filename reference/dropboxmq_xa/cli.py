@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = ["xa"]
-from .cli_root import require_root
+from dropboxmq.cli_root import require_root
 
 console = Console()
 
@@ -29,7 +29,7 @@ def _root(ctx: click.Context):
 
 
 def _resolve(root, text: str):
-    from .xa import Xid, list_branches, find_branch
+    from . import Xid, list_branches, find_branch
 
     try:
         xid = Xid.parse(text)
@@ -56,7 +56,7 @@ def xa() -> None:
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Prepared branches waiting for a decision (XID = the name to pass to commit/rollback)."""
-    from .xa import list_branches, recover
+    from . import list_branches, recover
 
     root = _root(ctx)
     recover(root)
@@ -97,7 +97,7 @@ def rollback_cmd(ctx: click.Context, xid: str) -> None:
 
 
 def _finish(ctx: click.Context, xid: str, commit: bool) -> None:
-    from .xa import finish_branch
+    from . import finish_branch
 
     root = _root(ctx)
     x = _resolve(root, xid)

@@ -112,22 +112,22 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import claims, codec, ids, javanum, layout, topics
-from .clients import Registration, hold_for_checkpoint
-from .errors import InvalidClientIDError, StoreError
-from .lifecycle import TERMINAL, Move, State
-from .message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
-from .values import Property, infer_letter
-from .codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
-from .claim import Claimer
-from .codec import from_wire, now_ms, to_wire
-from .decision import ClaimSettings
-from .recovery import reclaim_dead_owners
-from .selector import selector_for
-from .log_lifecycle import LogMove, LogState
-from .groupsync import sync_files
-from .store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
-from .transaction import (
+from dropboxmq import claims, codec, ids, javanum, layout, topics
+from dropboxmq.clients import Registration, hold_for_checkpoint
+from dropboxmq.errors import InvalidClientIDError, StoreError
+from dropboxmq.lifecycle import TERMINAL, Move, State
+from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
+from dropboxmq.values import Property, infer_letter
+from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
+from dropboxmq.claim import Claimer
+from dropboxmq.codec import from_wire, now_ms, to_wire
+from dropboxmq.decision import ClaimSettings
+from dropboxmq.recovery import reclaim_dead_owners
+from dropboxmq.selector import selector_for
+from dropboxmq.log_lifecycle import LogMove, LogState
+from dropboxmq.groupsync import sync_files
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
+from dropboxmq.transaction import (
     LogEntry,
     LogStore,
     TransactionLog,

@@ -3,7 +3,7 @@
 The conformance suite's watcher records one JSON object per line (``create``,
 ``close_write``, ``rename``, ``delete``; spec/README.md "Trace validation"); the
 conformance replay (``dropboxmq_conformance.replay``: the lifecycle table) and
-TLC's trace validation (``spec_traces``: the spec) judge it.  This module is the
+TLC's trace validation (``tlc_traces``: the spec) judge it.  This module is the
 one place that reads it:
 
 * where a path lies: a message file's (dropbox, state, name) -- ``locate`` -- or a
@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codec import decode_name, name_delivery_count, split_processing_name
-from .lifecycle import STATE_DIRS, Actor, IllegalMove, Move, State, move_between, state_of_directory
+from dropboxmq.codec import decode_name, name_delivery_count, split_processing_name
+from dropboxmq.lifecycle import STATE_DIRS, Actor, IllegalMove, Move, State, move_between, state_of_directory
 
 __all__ = [
     "FILE_OPS", "KILL", "OPS", "PRODUCER_ROLES", "LOG_DIRS", "TraceError", "Loc", "locate",

@@ -76,16 +76,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import claims, codec
-from .codec import MAX_NAME_BYTES
-from .clients import is_dead, registration_path
-from .errors import DropboxMQError, IllegalStateError
-from .lifecycle import State
-from .log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
-from .ackmode import AckMode
-from .session import Session
-from .store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
-from .transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
+from dropboxmq import claims, codec
+from dropboxmq.codec import MAX_NAME_BYTES
+from dropboxmq.clients import is_dead, registration_path
+from dropboxmq.errors import DropboxMQError, IllegalStateError
+from dropboxmq.lifecycle import State
+from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
+from dropboxmq.ackmode import AckMode
+from dropboxmq.session import Session
+from dropboxmq.store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
+from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
 
 __all__ = [
     "LOG_PREFIX", "DEFAULT_FORMAT_ID", "XAError", "UnknownXidError", "Xid", "XAEntry", "BranchLog",

@@ -1,12 +1,12 @@
 """``dropboxmq spec``: model-check the TLA+ specification in ``spec/`` with TLC, and validate traces.
 
-``dropboxmq spec check`` (or ``python -m dropboxmq.spec_check check``) runs SANY on
+``dropboxmq spec check`` (or ``python -m dropboxmq_spec.cli check``) runs SANY on
 every module, the CI models, every mutant and witness, and checks coverage
-(``spec_models``); it prints a table and a last line ``N passed, N failed`` and
+(``tlc_models``); it prints a table and a last line ``N passed, N failed`` and
 exits 1 on any surprise.
 
 ``dropboxmq spec validate-trace TRACE.jsonl...`` checks recorded traces with TLC
-(``spec_traces``).  TLC itself is run by ``tlc``.
+(``tlc_traces``).  TLC itself is run by ``tlc``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
-from .extras import require_tlc
-from .spec_models import Outcome, missing_coverage, models, run_model, sany_all
-from .spec_traces import validate_traces
+from dropboxmq.extras import require_tlc
+from .tlc_models import Outcome, missing_coverage, models, run_model, sany_all
+from .tlc_traces import validate_traces
 from .tlc import TlcResult, spec_dir
 
 __all__ = ["spec"]
@@ -147,5 +147,5 @@ def validate_trace_cmd(traces: tuple[str, ...], timeout: float, workers: str, jo
     sys.exit(1 if bad else 0)
 
 
-if __name__ == "__main__":  # python -m dropboxmq.spec_check check
+if __name__ == "__main__":  # python -m dropboxmq_spec.cli check
     spec()

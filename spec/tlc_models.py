@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from .lifecycle import PROCESS_ACTIONS, Move
+from dropboxmq.lifecycle import PROCESS_ACTIONS, Move
 from .tlc import EXIT_INVARIANT, EXIT_OK, EXIT_PROPERTY, TlcResult, run_tlc, sany, spec_dir
 
 __all__ = ["ACTION_PROPERTIES", "ALL_ACTIONS", "CI_MODELS", "DEEP_MODELS", "LIFECYCLE_ACTIONS", "Model", "Outcome",

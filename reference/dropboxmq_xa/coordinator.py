@@ -3,7 +3,7 @@ database connection together -- documented, not a full transaction manager.
 
 Resources are anything with the DB-API 2.0 two-phase extension: ``xid()``,
 ``tpc_begin``, ``tpc_prepare``, ``tpc_commit``, ``tpc_rollback``,
-``tpc_recover`` -- a :class:`dropboxmq.xa.XASession` and a psycopg 3
+``tpc_recover`` -- a :class:`dropboxmq_xa.XASession` and a psycopg 3
 ``Connection`` both qualify.  Typical use (consume a message and write its row,
 or neither)::
 
@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import codec
-from .errors import DropboxMQError
-from .store import fsync_dir, replace_durably
-from .xa import DEFAULT_FORMAT_ID
+from dropboxmq import codec
+from dropboxmq.errors import DropboxMQError
+from dropboxmq.store import fsync_dir, replace_durably
+from . import DEFAULT_FORMAT_ID
 
 __all__ = [
     "DECISION_SUFFIX", "CoordinatorError", "HeuristicError", "GlobalTx", "RecoveryResult", "Coordinator",

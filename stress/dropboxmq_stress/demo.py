@@ -9,6 +9,7 @@ processed exactly once and that nothing is left anywhere but processed/.
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import time
 import uuid
 from collections import Counter
@@ -19,15 +20,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import layout
-from .lifecycle import STATE_DIRS, State
-from .message import Queue, TextMessage
+from dropboxmq import layout
+from dropboxmq.lifecycle import STATE_DIRS, State
+from dropboxmq.message import Queue, TextMessage
 
-__all__ = ["run_demo"]
+__all__ = ["demo", "run_demo"]
 
 
 def _produce(root: str, queue: str, run: str, index: int, count: int, results) -> None:
-    from .connection import Connection
+    from dropboxmq.connection import Connection
 
     started = time.perf_counter()
     with Connection(root, create=True) as conn:
@@ -42,7 +43,7 @@ def _produce(root: str, queue: str, run: str, index: int, count: int, results) -
 
 
 def _consume(root: str, queue: str, index: int, producers_done, results) -> None:
-    from .connection import Connection
+    from dropboxmq.connection import Connection
 
     got: list[tuple[str, int, int]] = []  # (run, producer, seq) of each message received
     started = time.perf_counter()
@@ -138,3 +139,19 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
     console.print("[green]OK: every message processed exactly once[/green]" if ok
                   else "[red]FAILED: see the figures above[/red]")
     return ok
+
+
+@click.command("demo")
+@click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 64), help="Producer processes.")
+@click.option("--consumers", default=3, show_default=True, type=click.IntRange(1, 64), help="Consumer processes.")
+@click.option("--messages", default=2000, show_default=True, type=click.IntRange(1),
+              help="Persistent messages to send, shared among the producers.")
+@click.option("--queue", default="demo", show_default=True, help="The queue to use (created if needed).")
+@click.pass_context
+def demo(ctx, producers, consumers, messages, queue) -> None:
+    """Send and consume with several processes on one queue and check every message
+    was processed exactly once.  Exit status 1 if not."""
+    Queue(queue)
+    ok = run_demo(ctx.obj["root"], queue, producers, consumers, messages, Console(),
+                  show_progress=not ctx.obj["quiet"] and sys.stdout.isatty())
+    sys.exit(0 if ok else 1)
