@@ -28,7 +28,7 @@ def _schema():
     """SCHEMA as the StructType Spark hands a reader (DDL parsing needs a session: built here)."""
     from pyspark.sql import types as T
 
-    from dropboxmq.spark import SCHEMA
+    from dropboxmq_spark import SCHEMA
 
     kinds = {"string": T.StringType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
              "boolean": T.BooleanType(), "binary": T.BinaryType(), "variant": T.VariantType(),
@@ -54,7 +54,7 @@ def _send_varied(root, queue: str) -> None:
 
 def _as_arrow_values(row: tuple) -> dict:
     """A row of the row path, as the Arrow path's to_pylist() gives it."""
-    from dropboxmq.spark import COLUMNS
+    from dropboxmq_spark import COLUMNS
 
     d = dict(zip(COLUMNS, row, strict=True))
     d["properties"] = sorted(d["properties"].items())
@@ -63,7 +63,7 @@ def _as_arrow_values(row: tuple) -> dict:
 
 
 def test_browse_arrow_batches_hold_exactly_the_values_of_the_row_path(tmp_path):
-    from dropboxmq.spark import DropboxMQBatchReader
+    from dropboxmq_spark import DropboxMQBatchReader
 
     root = tmp_path / "root"
     _send_varied(root, "q")
@@ -94,7 +94,7 @@ def test_writer_takes_arrow_batches_and_rows_alike(tmp_path):
     struct) makes the same messages as Rows do."""
     from pyspark.sql.types import VariantVal
 
-    from dropboxmq.spark import DropboxMQBatchWriter
+    from dropboxmq_spark import DropboxMQBatchWriter
 
     root = tmp_path / "root"
     rows = _writer_rows(5)
@@ -124,8 +124,8 @@ def test_writer_takes_arrow_batches_and_rows_alike(tmp_path):
 def test_a_write_task_logs_each_chunk_before_creating_its_files(tmp_path, monkeypatch):
     """Every file a task creates is named by its log when it appears (bulk logging keeps the
     order a transacted send has: log, then file)."""
-    import dropboxmq.spark as ds
-    from dropboxmq.spark import DropboxMQBatchWriter
+    import dropboxmq_spark as ds
+    from dropboxmq_spark import DropboxMQBatchWriter
 
     monkeypatch.setattr(ds, "WRITE_CHUNK_ROWS", 4)
     root = tmp_path / "root"
@@ -171,7 +171,7 @@ def test_the_stream_source_claims_in_the_consumers_order_with_its_verdicts(tmp_p
     import time
 
     import dropboxmq.codec as codec
-    from dropboxmq.spark import DropboxMQStreamReader
+    from dropboxmq_spark import DropboxMQStreamReader
 
     root = tmp_path / "root"
     with Connection(root, "p", create=True) as conn:
