@@ -92,9 +92,9 @@ def models(deep: bool = False, root: Path | None = None) -> list[Model]:
         for cfg in sorted((root / sub).glob("*.cfg")):
             text = cfg.read_text()
             code, prop = _expectation(text, kind)
-            mod = _RE_MODULE.search(text)
+            named = _RE_MODULE.search(text)
             out.append(Model(f"{kind}:{cfg.stem}", f"{sub}/{cfg.name}", kind, code, prop,
-                             module=f"{mod.group(1)}.tla" if mod else "DropboxMC.tla"))
+                             module=f"{named.group(1)}.tla" if named else "DropboxMC.tla"))
     out.append(Model("channel", "models/channel.cfg", "model", module="Channel.tla"))
     # top-level <Module>[suffix].cfg files (Topics.cfg, and other modules' models such
     # as TwoPhaseDropbox*.cfg): the longest module name that prefixes the config's;
