@@ -54,6 +54,9 @@ ACTION_PROPERTIES = ("Refinement", "ClientAckAll", "ExpiredNeverDelivered",
                      "DeadLetterOnlyOverLimit", "ExpiryNotFromHolder", "NoEarlyDelivery")
 
 _RE_EXPECT = re.compile(r"^\\\*\s*expect:\s*(?:rejected,\s*)?violated\s+(\w+)", re.M)
+#: a mutant or witness of another module than DropboxMC says so: "\* module: Lease"
+_RE_MODULE = re.compile(r"^\\\*\s*module:\s*(\w+)", re.M)
+_RE_DEEP = re.compile(r"^\\\*\s*deep:", re.M)
 
 #: time box of the CI simulation (seconds)
 SIMULATE_SECONDS = 25
@@ -87,23 +90,30 @@ def models(deep: bool = False, root: Path | None = None) -> list[Model]:
                      args=("-simulate", "-depth", "60")))
     for sub, kind in (("mutants", "mutant"), ("witnesses", "witness")):
         for cfg in sorted((root / sub).glob("*.cfg")):
-            code, prop = _expectation(cfg.read_text(), kind)
-            out.append(Model(f"{kind}:{cfg.stem}", f"{sub}/{cfg.name}", kind, code, prop))
+            text = cfg.read_text()
+            code, prop = _expectation(text, kind)
+            named = _RE_MODULE.search(text)
+            out.append(Model(f"{kind}:{cfg.stem}", f"{sub}/{cfg.name}", kind, code, prop,
+                             module=f"{named.group(1)}.tla" if named else "DropboxMC.tla"))
     out.append(Model("channel", "models/channel.cfg", "model", module="Channel.tla"))
     # top-level <Module>[suffix].cfg files (Topics.cfg, and other modules' models such
     # as TwoPhaseDropbox*.cfg): the longest module name that prefixes the config's;
-    # a header "\* expect: ... violated NAME" makes it a mutant
+    # a header "\* expect: ... violated NAME" makes it a mutant, a line "\* deep: ..." a
+    # model of --deep only
     modules = sorted((p.stem for p in root.glob("*.tla")), key=len, reverse=True)
     for cfg in sorted(root.glob("*.cfg")):
         mod = next((m for m in modules if cfg.stem.startswith(m)), None)
         if mod is None:
             continue
         text = cfg.read_text()
+        is_deep = _RE_DEEP.search(text) is not None
+        if is_deep and not deep:
+            continue
         kind = "model" if not _RE_EXPECT.search(text) else \
             "witness" if text.startswith("\\* WITNESS") else "mutant"
         code, prop = _expectation(text, kind)
         out.append(Model(cfg.stem.lower() if kind == "model" else f"{kind}:{cfg.stem}",
-                         cfg.name, kind, code, prop, module=f"{mod}.tla"))
+                         cfg.name, kind, code, prop, deep=is_deep, module=f"{mod}.tla"))
     return out
 
 
