@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 DMQ    := $(VENV)/bin/dropboxmq
 STAMP  := $(VENV)/.installed
 
-# Debian packages the fault-injection, power-loss and database tests and the JMS adapter's ActiveMQ run need (CI is root).
-APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java
+# Debian packages the fault-injection, power-loss and database tests, the JMS adapter's ActiveMQ run and the multi-host (network file system on loopback) tests need (CI is root).
+APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java \
+  moosefs-master moosefs-chunkserver moosefs-client glusterfs-server glusterfs-client sshfs openssh-server openssh-client samba smbnetfs
 
 .PHONY: setup system-deps run conformance conformance-spark conformance-celery test spec spec-deep bench stress stress-smoke clean
 
