@@ -211,3 +211,46 @@ def test_sshfs_network_cut_heals_and_server_kill_restarts(tmp_path):
             except OSError:
                 continue
         assert (b / "after").read_text() == "y"
+
+
+# ---------------------------------------------------------------- the stress case's count, pure
+
+
+def _h(t, p, type_, f, value, **extra):
+    return {"t": t, "p": p, "type": type_, "f": f, "value": value, **extra}
+
+
+def _processed(*values):
+    return {"processed": [{"value": v} for v in values]}
+
+
+def test_count_of_a_clean_history_with_a_flagged_redelivery():
+    from dropboxmq_stress.multihost import count
+
+    hist = [_h(1, "p0", "ok", "send", "p0-0"), _h(1, "p0", "ok", "send", "p0-1"),
+            _h(2, "c0", "ok", "receive", "p0-0", redelivered=False), _h(3, "c0", "ok", "receive", "p0-1",
+                                                                           redelivered=False),
+            _h(4, "c2", "ok", "receive", "p0-1", redelivered=True),   # c0 was killed before acking it
+            _h(5, "c2", "ok", "ack", ["p0-1"]), _h(2.5, "c0", "ok", "ack", ["p0-0"])]
+    c = count(hist, _processed("p0-0", "p0-1"), killed="c0", t_kill=3.5)
+    assert (c["lost_count"], c["duplicated_redelivered"], c["duplicated_not_flagged"]) == (0, 1, 0)
+    assert (c["acknowledged_then_delivered_again"], c["double_acknowledgements"]) == (0, 0)
+    assert c["recovery_time_s"] == 0.5 and c["processed_more_than_once"] == 0
+
+
+def test_count_finds_what_the_issue_reports_on_moosefs():
+    """An acknowledged message delivered again (redelivered, count 2), acknowledged twice, its stale
+    link left in processing/, one message lost, one duplicate without the flag."""
+    from dropboxmq_stress.multihost import count
+
+    hist = [_h(1, "p0", "ok", "send", v) for v in ("a", "b", "c")] + [
+        _h(2, "c0", "ok", "receive", "a", redelivered=False), _h(3, "c0", "ok", "ack", ["a"]),
+        _h(4, "c2", "ok", "receive", "a", redelivered=True), _h(5, "c2", "ok", "ack", ["a"]),
+        _h(2, "c1", "ok", "receive", "b", redelivered=False), _h(2.1, "c3", "ok", "receive", "b", redelivered=False),
+        _h(3, "c1", "ok", "ack", ["b"]), _h(3, "c3", "fail", "ack", ["b"], error="AcknowledgeError: taken")]
+    final = {"processed": [{"value": "a"}, {"value": "a"}, {"value": "b"}], "processing": [{"value": "a"}]}
+    c = count(hist, final, killed=None, t_kill=None)
+    assert c["lost"] == ["c"] and c["lost_count"] == 1
+    assert (c["duplicated_redelivered"], c["duplicated_not_flagged"]) == (1, 1)
+    assert (c["acknowledged_then_delivered_again"], c["double_acknowledgements"], c["acknowledge_errors"]) == (1, 1, 1)
+    assert c["left"]["processing"] == 1 and c["processed_more_than_once"] == 1
