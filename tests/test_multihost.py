@@ -232,8 +232,11 @@ def test_count_of_a_clean_history_with_a_flagged_redelivery():
                                                                            redelivered=False),
             _h(4, "c2", "ok", "receive", "p0-1", redelivered=True),   # c0 was killed before acking it
             _h(5, "c2", "ok", "ack", ["p0-1"]), _h(2.5, "c0", "ok", "ack", ["p0-0"])]
-    c = count(hist, _processed("p0-0", "p0-1"), killed="c0", t_kill=3.5)
-    assert (c["lost_count"], c["duplicated_redelivered"], c["duplicated_not_flagged"]) == (0, 1, 0)
+    # p0-2: c0's acknowledgement moved it to processed/, then c0 died before recording it
+    hist += [_h(1, "p0", "ok", "send", "p0-2"), _h(3.2, "c0", "ok", "receive", "p0-2", redelivered=False)]
+    c = count(hist, _processed("p0-0", "p0-1", "p0-2"), killed="c0", t_kill=3.5)
+    assert (c["lost_count"], c["acknowledged_unrecorded"]) == (0, 1)
+    assert (c["duplicated_redelivered"], c["duplicated_not_flagged"]) == (1, 0)
     assert (c["acknowledged_then_delivered_again"], c["double_acknowledgements"]) == (0, 0)
     assert c["recovery_time_s"] == 0.5 and c["processed_more_than_once"] == 0
 
