@@ -245,6 +245,7 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
             p.start()
         total = 2 * messages
         killed, t_kill = None, None
+        faults: list[tuple[str, float]] = []
         done_kill, done_restart, done_cut = not kill, not restart_server, not cut
         last_progress, last_acked = time.time(), -1
 
@@ -268,12 +269,14 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
                       report={k: v for k, v in report.as_dict().items() if v})
                 done_kill = True
             if not done_restart and acked >= total / 2:
-                t = time.time()
+                t_fault = time.time()
                 fs.kill_server()
                 fs.restart_server()
-                event("server killed -9 and restarted", seconds=round(time.time() - t, 3), acked=acked)
+                event("server killed -9 and restarted", seconds=round(time.time() - t_fault, 3), acked=acked)
+                faults.append(("server", t_fault))
                 done_restart = True
             if not done_cut and acked >= 2 * total / 3:
+                faults.append(("cut", time.time()))
                 event("network cut: ssh under host A's sshfs killed", pid=fs.cut(0), acked=acked)
                 done_cut = True
             nemeses_done = done_kill and done_restart and done_cut
@@ -302,6 +305,9 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
         history = read_history(hist_dir)
         out["counts"] = count(history, final, killed, t_kill)
         out["throughput"] = throughput(history)
+        # the stall a fault causes: from the fault to the first acknowledgement after it
+        ack_times = sorted(r["t"] for r in history if r.get("f") == "ack" and r["type"] == "ok")
+        out["stall_s"] = {what: round(min((t for t in ack_times if t > at), default=at) - at, 3) for what, at in faults}
         out["errors_logged"] = {f: sum(1 for r in history if r["type"] == "fail" and r.get("f") == f)
                                 for f in ("receive", "close")}
     return out
@@ -326,6 +332,7 @@ def summary(r: dict) -> str:
             f"left {sum(c['left'].values())} {c['left']}, "
             f"processed>1 {c['processed_more_than_once']}; acked/s A {tp['host_a']['acked_per_s']} "
             f"B {tp['host_b']['acked_per_s']} all {tp['aggregate']['acked_per_s']}; recovery {rec}; "
+            f"stall {r.get('stall_s') or 'n/a'}; "
             f"wall {r['wall_s']} s")
 
 
