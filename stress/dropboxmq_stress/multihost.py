@@ -319,10 +319,11 @@ def _longest_gap(times: list[float]) -> float:
 
 
 def _drained(root: str) -> bool:
-    """Nothing left to deliver: target/ and working/ of the queue are empty."""
+    """Nothing left to deliver: target/ is empty (a send cut short by EIO may leave its working/
+    file behind, an orphan until recovery's orphan age: counted in "left", not waited for)."""
     box = Path(root) / QUEUE / "incoming"
     try:
-        return not any(n for s in ("target", "working") for n in os.listdir(box / s) if not n.startswith("."))
+        return not any(n for n in os.listdir(box / "target") if not n.startswith("."))
     except OSError:
         return False
 
