@@ -257,3 +257,19 @@ def test_count_finds_what_the_issue_reports_on_moosefs():
     assert (c["duplicated_redelivered"], c["duplicated_not_flagged"]) == (1, 1)
     assert (c["acknowledged_then_delivered_again"], c["double_acknowledgements"], c["acknowledge_errors"]) == (1, 1, 1)
     assert c["left"]["processing"] == 1 and c["processed_more_than_once"] == 1
+
+
+def test_stress_case_on_moosefs_loses_nothing_across_a_kill_and_recovery_from_the_other_host():
+    """The stress case end to end, short: c0 killed -9 on host A, recovery from host B, every sent
+    message acknowledged or in processed/, nothing waiting in target/.  (Duplicates of acknowledged
+    messages are still expected today, issue 28: `make stress` runs the full case and fails on them.)"""
+    from dropboxmq_stress.multihost import run
+
+    if netfs.unavailable("moosefs"):
+        pytest.skip(f"moosefs: {netfs.unavailable('moosefs')}")
+    r = run("moosefs", messages=40, kill=True, idle=30)
+    c = r["counts"]
+    assert c["sent"] == 80 and c["lost_count"] == 0, c
+    assert c["sent_missing_from_processed"] == 0 and c["left"]["target"] == 0, c
+    assert c["duplicated_not_flagged"] == 0 and c["unknown_values_delivered"] == 0, c
+    assert any(e["what"].startswith("kill -9 c0") for e in r["events"])
