@@ -273,3 +273,20 @@ def test_stress_case_on_moosefs_loses_nothing_across_a_kill_and_recovery_from_th
     assert c["sent_missing_from_processed"] == 0 and c["left"]["target"] == 0, c
     assert c["duplicated_not_flagged"] == 0 and c["unknown_values_delivered"] == 0, c
     assert any(e["what"].startswith("kill -9 c0") for e in r["events"])
+
+
+def test_a_hostile_record_is_ignored_not_waited_on(root):
+    """A FIFO, a directory or garbage under the record's name: no verdict, and nothing blocks."""
+    import os
+
+    rec = root / doctor.RECORD
+    os.mkfifo(rec)
+    assert doctor.verdict_for(root) is None
+    rec.unlink()
+    rec.mkdir()
+    assert doctor.verdict_for(root) is None
+    rec.rmdir()
+    rec.write_text("{not json")
+    assert doctor.verdict_for(root) is None
+    with Connection(root, "a", create=True):
+        pass

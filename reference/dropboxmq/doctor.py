@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections import Counter
@@ -437,11 +438,23 @@ def record(root: Path, probes: Probes, verdict: Verdict) -> None:
     os.replace(tmp, Path(root) / RECORD)
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file (a root may be hostile: no FIFO to block on, no symlink to
+    /dev/zero to read forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def verdict_for(root: Path) -> Verdict | None:
     """The verdict ``dropboxmq doctor`` recorded for ``root``, or None (never probed, unreadable,
     or recorded for another file system type than the one mounted there now)."""
     try:
-        data = json.loads((Path(root) / RECORD).read_text())
+        data = json.loads(_read_regular(Path(root) / RECORD, 1 << 20))
         if data["fs_type"] != mount_type(Path(root)) or data["level"] not in EXIT_CODES:
             return None
         return Verdict(data["level"], tuple(data["reasons"]), tuple(data["notes"]))
