@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from dropboxmq import spec_models as sm
-from dropboxmq import tlc
+from dropboxmq_spec import tlc_models as sm
+from dropboxmq_spec import tlc
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
 
