@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, U
 from . import claims, codec, ids, layout, retention, topics
 from .decision import ClaimSettings, Verdict, decide
 from .clients import Registration
-from .errors import IllegalStateError, InvalidDestinationError, QueueNotFoundError, RootNotFoundError, StoreError
+from .errors import (IllegalStateError, InvalidDestinationError, LeaseExpiredError, MessageTakenError,
+                     QueueNotFoundError, RootNotFoundError, StoreError)
 from .lifecycle import Move, State
 from .message import (
     BytesMessage,
@@ -101,6 +102,10 @@ class Settings:
     recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
     dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
     allow_network_fs: bool = False
+    # s: the client's lease (leases.py): renewed every lease/3; where flock does not cross mounts
+    # another host declares this client dead once its record stayed unchanged for 1.5 x lease,
+    # and the client fences itself (LeaseExpiredError) 0.8 x lease after its last renewal
+    lease: float = 10.0
     # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
     # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
     # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
@@ -174,7 +179,7 @@ class Connection:
         ensure_layout(self.root)
         generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
-        self._registration = Registration(self.root, self.client_id)
+        self._registration = Registration(self.root, self.client_id, self.settings.lease)
         self.client_id_generated = generated
         if not generated:
             self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
@@ -295,6 +300,10 @@ class Connection:
         if self._closed:
             raise IllegalStateError("connection is closed")
 
+    def _check_lease(self, what: str) -> None:
+        """LeaseExpiredError once this connection is fenced (leases.py)."""
+        self._registration.check(what)
+
     def _temporary_boxes(self, dest: Destination, header: Message) -> list[Dropbox]:
         """A temporary destination lives as long as its connection: once that closed (its
         directory is gone) a send is an error, and never re-creates the directory."""
@@ -354,6 +363,7 @@ class Delivery:
     original_name: str
     message: Message
     body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
+    acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
 
 
 class Session:
@@ -491,7 +501,12 @@ class Session:
             if self.transacted:
                 raise IllegalStateError("acknowledge() is not allowed in a transacted session")
             chosen, kept = self._held(messages)
-            self._ack(chosen)
+            self.connection._check_lease("acknowledge")
+            try:
+                self._ack(chosen)
+            except MessageTakenError:
+                self._unacked = kept  # the others are acknowledged; the taken ones are not ours
+                raise
             self._unacked = kept
 
     def _held(self, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
@@ -520,12 +535,17 @@ class Session:
             self._unacked = kept
 
     def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
-        """ACK each delivery; fsync processed/ once per directory for persistent ones."""
-        touched = []
+        """ACK each delivery; fsync processed/ once per directory for persistent ones.
+        MessageTakenError (after the others are acked) for a claim that recovery took away."""
+        touched, taken = [], []
         for d in deliveries:
             moved = claims.finish(d.box, Move.ACK, d.processing_name)
             if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
                 continue  # its subscription was removed (by another connection): nothing to ack
+            if not moved and not d.acked and not _acked_under_own_name(d):
+                taken.append(d)  # fenced by construction: recovery renamed our claim away
+                continue
+            d.acked = True
             # not moved = acked by an earlier acknowledge() whose sync failed: sync again
             if (moved or self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE) and \
                     d.message.delivery_mode == DeliveryMode.PERSISTENT:
@@ -545,6 +565,12 @@ class Session:
                 # them, they come back redelivered (at-least-once), so raising here would only
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
+        if taken and self.ack_mode is not AckMode.DUPS_OK_ACKNOWLEDGE:  # (DUPS_OK promises no more)
+            ids = tuple(d.message.message_id or d.original_name for d in taken)
+            raise MessageTakenError(
+                f"{len(taken)} message(s) not acknowledged: recovery took them back from this client "
+                f"(presumed dead: lease or lock lost) and they are delivered again: {', '.join(ids[:5])}"
+                f"{' ...' if len(ids) > 5 else ''}", ids)
 
     def recover(self, *messages: Message, back_off: bool = False) -> None:
         """Stop, and redeliver every unacknowledged message from the oldest on; given
@@ -585,6 +611,7 @@ class Session:
             self._check_open()
             if not self.transacted:
                 raise IllegalStateError("commit() needs a transacted session")
+            self.connection._check_lease("commit")
             tx, self._tx = self._tx, None
             self._unacked = []
             if tx is not None:
@@ -719,7 +746,7 @@ class Session:
                             continue
                         delivered = True
                         self._run_listener(consumer, d)
-                    except StoreError as exc:  # e.g. disk full: keep the dispatcher alive
+                    except (StoreError, MessageTakenError, LeaseExpiredError) as exc:  # keep the dispatcher alive
                         log.warning("listener delivery failed: %s", exc)
                         delivered = False
             if delivered:
@@ -831,6 +858,7 @@ class MessageProducer:
         ``source``: an open file holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
+        session.connection._check_lease("send")
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:
@@ -863,6 +891,22 @@ class MessageProducer:
                     raise
             if durable_copies:
                 sync_many((box, State.NEW) for box, _ in durable_copies)
+
+
+def _acked_under_own_name(d: Delivery) -> bool:
+    """Did an ACK whose rename answered "no such file" happen after all?  (NFS retransmits a
+    RENAME whose reply was lost and answers the retry ENOENT.)  Then the message is in processed/
+    under the name the ACK gives it: this claim's own name, or for an alias claim its message's
+    name with the alias's inode."""
+    box, pname = d.box, d.processing_name
+    inode = claims.alias_inode(pname)
+    try:
+        if inode is None:
+            box.stat(State.ACKNOWLEDGED, pname)
+            return True
+        return box.stat(State.ACKNOWLEDGED, d.original_name).st_ino == inode
+    except FileNotFoundError:
+        return False
 
 
 def _store_error_of(action: str, name: str, exc: OSError) -> StoreError:
@@ -1192,6 +1236,7 @@ class MessageConsumer:
     # --- the claim
     def _claim_next(self, read_body: bool = True) -> Delivery | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
+        self.session.connection._check_lease("receive")
         now_mono = time.monotonic()
         if now_mono - self._last_recovery > self.session.settings.recovery_interval:
             self._last_recovery = now_mono
