@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 DMQ    := $(VENV)/bin/dropboxmq
 STAMP  := $(VENV)/.installed
 
-# Debian packages the fault-injection, power-loss and database tests and the JMS adapter's ActiveMQ run need (CI is root).
-APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java
+# Debian packages the fault-injection, power-loss and database tests, the JMS adapter's ActiveMQ run and the multi-host (network file system on loopback) tests need (CI is root).
+APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java \
+  moosefs-master moosefs-chunkserver moosefs-client glusterfs-server glusterfs-client sshfs openssh-server openssh-client samba smbnetfs
 
 .PHONY: setup system-deps run conformance conformance-spark conformance-celery test spec spec-deep bench stress stress-smoke clean
 
@@ -59,11 +60,14 @@ bench: setup        ## floor (C when gcc/cc is present), reference and peers sid
 	$(PY) -m dropboxmq_stress.bench --json stress/results/bench-$$(date +%Y-%m-%d-%H%M%S).json
 	$(PY) -m dropboxmq_stress.spark_bench
 
-stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's and the API model tester's long profiles, every crash state (deep); root needed for tmpfs / loop mounts
+stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's and the API model tester's long profiles, every crash state (deep), the multi-host case on MooseFS and sshfs; root needed for tmpfs / loop / FUSE mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json
 	DROPBOXMQ_FUZZ_PROFILE=long $(PY) -m pytest -n auto -q tests/test_hostile_fuzz.py
 	mkdir -p reports && $(PY) -m dropboxmq_stress.apitester --profile long --seconds 900 --json reports/apitester-long.json
 	$(PY) -m dropboxmq_stress.crashstates --deep --json reports/crashstates-deep.json
+	# two hosts on real network file systems on loopback (issue 28); exit 1 unless lost 0, only flagged duplicates, nothing left
+	$(PY) -m dropboxmq_stress.multihost --fs moosefs --kill --restart-server --json reports/multihost-moosefs.json
+	$(PY) -m dropboxmq_stress.multihost --fs sshfs --kill --restart-server --cut --json reports/multihost-sshfs.json
 
 stress-smoke: setup system-deps   ## <= 3 min: kills + contention + full disk + fail-at-N
 	$(DMQ) stress run --profile smoke --out reports/stress-smoke --baseline stress/baselines/smoke.json

@@ -1396,6 +1396,71 @@ def demo(ctx, producers, consumers, messages, queue) -> None:
     sys.exit(0 if ok else 1)
 
 
+# ---------------------------------------------------------------- doctor (issue 28)
+
+
+@main.command()
+@click.argument("directory", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--other", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="MOUNT",
+              help="The same root seen through another mount (another host's view): probe across the two.")
+@click.option("--trials", default=300, show_default=True, type=click.IntRange(1),
+              help="Races per property (rename, link, O_EXCL); a broken property stops its races early.")
+@click.option("--timeout", "visibility_timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds to wait for a file made through one mount to show through the other.")
+@click.option("--no-record", is_flag=True, help="Do not keep the verdict in the root (.dropboxmq-doctor.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the probes and the verdict as one JSON object.")
+@click.pass_context
+def doctor(ctx, directory, other, trials, visibility_timeout, no_record, as_json) -> None:
+    """Qualify the file system of a root (DIRECTORY, else --root) before trusting it.
+
+    Races renames, link() and O_CREAT|O_EXCL (one process per mount), checks
+    renameat2(RENAME_NOREPLACE), flock and fcntl locks across the mounts, how soon a
+    new file shows on the other mount, the mtime clock and resolution, and fsync, in a
+    scratch directory it removes.  Give --other with a second mount of the same root
+    (e.g. the NFS/sshfs/MooseFS mount of another host, here) to probe across hosts.
+    The verdict is kept in the root: the library then refuses an unsafe root with its
+    reason and opens a qualified network root without --allow-network-fs.
+
+    \b
+    Exit status:
+      0  supported              every property holds
+      3  supported with leases  claims are safe; locks do not cross hosts (liveness by leases)
+      4  unsafe                 a claim or create is not exclusive, files do not show, fsync fails
+      1  the probes could not run (the message says why); 2  bad usage
+    """
+    from dataclasses import asdict
+
+    from . import doctor as doc
+
+    root = Path(directory) if directory is not None else ctx.find_root().obj["root"]
+    if not root.is_dir():
+        _fail(f"{root}: no such directory (give DIRECTORY or --root)")
+    show = not as_json and not ctx.find_root().obj["quiet"] and sys.stderr.isatty()
+    try:
+        probes = doc.probe(root, other, trials=trials, visibility_timeout=visibility_timeout,
+                           progress=(lambda m: click.echo(f"  probing: {m}", err=True)) if show else None)
+    except OSError as e:
+        _fail(f"doctor {root}: the probes could not run: {e}")
+    verdict = doc.judge(probes)
+    if not no_record:
+        try:
+            doc.record(root, probes, verdict)
+        except OSError as e:
+            _fail(f"doctor {root}: cannot record the verdict: {e}")
+    if as_json:
+        click.echo(json.dumps({"root": str(root), "other": str(other) if other else None, "verdict": verdict.level,
+                               "reasons": list(verdict.reasons), "notes": list(verdict.notes),
+                               "probes": asdict(probes)}))
+    else:
+        across = f" and {other}" if other else ""
+        click.echo(f"{root}{across} ({probes.fs_type}): {verdict.level}")
+        for reason in verdict.reasons:
+            click.echo(f"  - {reason}")
+        for note in verdict.notes:
+            click.echo(f"  note: {note}")
+    sys.exit(verdict.exit_code)
+
+
 def _register_optional_groups() -> None:
     try:
         from .audit import audit

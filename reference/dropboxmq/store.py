@@ -170,7 +170,8 @@ def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",
-     "fuse.glusterfs", "lustre", "gpfs", "davfs", "fuse.s3fs", "fuse.rclone", "virtiofs"}
+     "fuse.glusterfs", "lustre", "gpfs", "davfs", "fuse.s3fs", "fuse.rclone", "virtiofs", "fuse.mfs",
+     "fuse.smbnetfs"}
 )
 
 
@@ -183,7 +184,10 @@ def file_system_type(path: Path) -> str:
             for line in f:
                 left, _, right = line.partition(" - ")
                 mount_point = left.split()[4].replace("\\040", " ")
-                fs_type = right.split()[0] if right else "unknown"
+                fields = right.split()
+                fs_type = fields[0] if fields else "unknown"
+                if fs_type == "fuse" and len(fields) > 1 and fields[1].startswith(("mfs#", "mfs\\043")):
+                    fs_type = "fuse.mfs"  # mfsmount says plain "fuse": MooseFS is known by its source
                 inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
                 if inside and len(mount_point) >= len(best):
                     best, best_type = mount_point, fs_type
@@ -193,12 +197,21 @@ def file_system_type(path: Path) -> str:
 
 
 def check_file_system(path: Path, allow_network: bool) -> None:
+    """Refuse a root ``dropboxmq doctor`` judged unsafe (even when forced: its races are not
+    exclusive) and accept one it qualified; an unqualified network file system needs the flag."""
+    from .doctor import UNSAFE, verdict_for  # the doctor imports this module
+
+    verdict = verdict_for(path)
+    if verdict is not None:
+        if verdict.level == UNSAFE:
+            raise UnsupportedFileSystemError(f"{path}: judged unsafe by dropboxmq doctor: {verdict.reasons[0]}")
+        return
     fs_type = file_system_type(path)
     if fs_type in NETWORK_FILE_SYSTEMS and not allow_network:
         raise UnsupportedFileSystemError(
             f"{path} is on a network file system ({fs_type}): rename and listing guarantees are "
-            "weaker there (stale listings, retried renames); pass allow_network_fs=True "
-            "(--allow-network-fs) to use it anyway"
+            "weaker there (stale listings, retried renames); qualify it with `dropboxmq doctor`, "
+            "or pass allow_network_fs=True (--allow-network-fs) to use it anyway"
         )
 
 
