@@ -385,3 +385,35 @@ def test_a_fenced_connection_refuses_to_acknowledge_send_commit_and_receive(root
         with pytest.raises(LeaseExpiredError, match="cannot commit"):
             t.commit()
     assert counts(root, "Q1")["target"] == 1  # close gave the unacknowledged message back
+
+
+def test_recover_waits_for_leases_then_takes_only_the_dead_hosts_claims(root, monkeypatch):
+    """`dropboxmq recover` is one look: on a root whose locks do not cross mounts it first watches
+    the leases until each is decided -- a client locked by this host is alive at once, one whose
+    record stays unchanged is dead past the bound -- and only then redelivers."""
+    from dropboxmq import recovery
+
+    clock = Clock()
+    monkeypatch.setattr(clients, "flock_trusted", lambda root: False)
+    monkeypatch.setattr(leases, "OBSERVER", leases.Observer(clock))
+    naps: list[float] = []
+
+    def nap(seconds):
+        naps.append(seconds)
+        assert len(naps) < 1000, "settle_leases never decided"
+        clock.advance(seconds)
+
+    monkeypatch.setattr(clients, "sleep", nap)
+    with Connection(root, "live", dataclasses.replace(FAST, lease=600.0), create=True) as c:
+        s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        s.create_producer(Q).send(TextMessage(body=b"held by the live client"))
+        assert s.create_consumer(Q).receive(1) is not None
+        box = Dropbox(root / "Q1" / "incoming")
+        _sent(box)
+        assert box.move(Move.CLAIM, State.NEW, NAME, "dead~" + NAME)
+        clients.registration_path(root, "dead").write_text("pid=1 host=gone lease=10 beat=7\n")  # killed
+        report = recovery.recover(root)
+        [back] = ls(root, "Q1", "target")
+        assert report.redelivered == 1 and back.startswith(NAME)  # (with its delivery count)
+        assert sum(naps) > leases.DEAD_AFTER * 10.0
+        s.acknowledge()

@@ -36,11 +36,18 @@ _trusted: dict[str, bool] = {}
 
 
 def flock_trusted(root: Path) -> bool:
-    """Does a free flock under ``root`` prove its owner dead on every host (leases.py)?"""
+    """Does a free flock under ``root`` prove its owner dead on every host (leases.py)?  The
+    verdict of ``dropboxmq doctor`` when the root has one ("supported": locks cross mounts;
+    "supported with leases": they do not), else the file system's type."""
+    from .doctor import SUPPORTED, verdict_for  # (the doctor imports the store, as this module does)
+
     key = str(root)
     trusted = _trusted.get(key)
     if trusted is None:
-        trusted = _trusted[key] = leases.flock_crosses_mounts(file_system_type(Path(root)))
+        verdict = verdict_for(Path(root))
+        trusted = verdict.level == SUPPORTED if verdict is not None else \
+            leases.flock_crosses_mounts(file_system_type(Path(root)))
+        _trusted[key] = trusted
     return trusted
 
 
@@ -206,24 +213,29 @@ def liveness(root: Path, client_id: str) -> str:
     """'alive', 'dead' (registered, lock free, and -- where flock does not cross mounts -- its
     lease record unchanged past its bound, as this process saw it) or 'unknown' (never
     registered here: a foreign or 1.2 client, which recovery leaves alone unless told otherwise)."""
+    return _liveness(root, client_id)[0]
+
+
+def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
+    """liveness(), and whether the lease decided it (False: the lock, or no registration)."""
     path = registration_path(root, client_id)
     try:
         fd = open_regular(path)
     except (FileNotFoundError, NotARegularFile):
-        return "unknown"  # a FIFO or symlink is no registration of ours
+        return "unknown", False  # a FIFO or symlink is no registration of ours
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
-            return "unknown"  # a foreign name's "owner" that no registration can be named after
+            return "unknown", False  # a foreign name's "owner" that no registration can be named after
         raise
     try:
         if not _try_flock(fd, exclusive=False):
-            return "alive"
+            return "alive", False
         if flock_trusted(Path(root)):
-            return "dead"
+            return "dead", False
         data = _read_from(fd)
     finally:
         os.close(fd)
-    return "dead" if leases.OBSERVER.expired((str(root), client_id), data) else "alive"
+    return ("dead" if leases.OBSERVER.expired((str(root), client_id), data) else "alive"), True
 
 
 def settle_leases(root: Path, timeout: float | None = None) -> None:
@@ -240,9 +252,9 @@ def settle_leases(root: Path, timeout: float | None = None) -> None:
         for client_id in list(pending):
             key = (str(root), client_id)
             before = leases.OBSERVER.decided_at(key)
-            if liveness(root, client_id) != "alive" or (
-                    before is not None and leases.OBSERVER.decided_at(key) != before):
-                pending.discard(client_id)  # dead, gone, or renewed since the last look: decided
+            state, by_lease = _liveness(root, client_id)
+            if state != "alive" or not by_lease or (before is not None and leases.OBSERVER.decided_at(key) != before):
+                pending.discard(client_id)  # dead, gone, locked by this host, or renewed since: decided
         ats = [leases.OBSERVER.decided_at((str(root), c)) for c in pending]
         wake = min((a for a in ats if a is not None), default=clock())
         if not pending or (timeout is not None and clock() - started >= timeout):
