@@ -417,3 +417,19 @@ def test_recover_waits_for_leases_then_takes_only_the_dead_hosts_claims(root, mo
         assert report.redelivered == 1 and back.startswith(NAME)  # (with its delivery count)
         assert sum(naps) > leases.DEAD_AFTER * 10.0
         s.acknowledge()
+
+
+def test_where_locks_cross_mounts_a_stalled_owner_is_not_fenced(root, monkeypatch):
+    """On a local disk (or MooseFS, GlusterFS) a free lock is the proof of death and nobody reads
+    the lease: a process stopped past its lease (a debugger, a laptop asleep) keeps its messages
+    and acknowledges them as before."""
+    clock = Clock()
+    monkeypatch.setattr(clients, "time", types.SimpleNamespace(monotonic=clock))
+    with Connection(root, "a", FAST, create=True) as c:
+        s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        s.create_producer(Q).send(TextMessage(body=b"m"))
+        assert s.create_consumer(Q).receive(1).body == b"m"
+        clock.advance(3600.0)
+        assert reclaim_dead_owners(root, Dropbox(root / "Q1" / "incoming")) == 0
+        s.acknowledge()
+    assert counts(root, "Q1")["processed"] == 1

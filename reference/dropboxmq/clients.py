@@ -129,8 +129,11 @@ class Registration:
             if same:
                 break
             os.close(fd)
+        # where a free lock proves death on every host, nobody reads the lease: no renewals and
+        # no fencing (a process stopped for a while, a laptop asleep, keeps its messages)
+        self.leased = not flock_trusted(self.root)
         try:
-            if not flock_trusted(self.root):
+            if self.leased:
                 self._wait_for_other_hosts(fd)
             self._fd: int | None = fd
             self._write_lock = threading.Lock()
@@ -142,7 +145,7 @@ class Registration:
         except BaseException:
             os.close(fd)
             raise
-        if renew_in_background:
+        if renew_in_background and self.leased:
             self._renewer.start()
 
     def _wait_for_other_hosts(self, fd: int) -> None:
@@ -182,7 +185,8 @@ class Registration:
 
     def check(self, what: str) -> None:
         """LeaseExpiredError if this registration's lease ran out (leases.py: fenced)."""
-        self._renewer.check(what)
+        if self.leased:
+            self._renewer.check(what)
 
     def release(self) -> None:
         if self._fd is None:
