@@ -63,18 +63,20 @@ def run(kind: str, lease: float = 2.0) -> dict:
         got, go, result = ctx.Event(), ctx.Event(), ctx.Queue()
         holder = ctx.Process(target=_holder, args=(a, lease, got, go, result))
         holder.start()
+        pid = holder.pid
+        assert pid is not None
         got.wait(60)
-        received = result.get(5)
-        os.kill(holder.pid, signal.SIGSTOP)
+        received = result.get(timeout=5)
+        os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
         report = recovery.recover(b)
         recovered_after = round(time.monotonic() - t0, 2)
         with Connection(b, "B", _settings(lease)) as cb:
             m = cb.create_session().create_consumer(Queue(QUEUE)).receive(2)
             b_got = None if m is None else {"redelivered": m.redelivered, "count": m.delivery_count}
-        os.kill(holder.pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGCONT)
         go.set()
-        outcome = result.get(60)
+        outcome = result.get(timeout=60)
         holder.join(60)
         box = os.path.join(b, QUEUE, "incoming")
         left = {d: len([n for n in os.listdir(os.path.join(box, d)) if not n.startswith(".")])
