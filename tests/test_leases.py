@@ -465,3 +465,22 @@ def test_on_sshfs_a_late_acknowledge_of_a_taken_message_fails():
     assert r["recover_redelivered"] == 1 and r["b_received"] == {"redelivered": True, "count": 2}, r
     assert r["a_acknowledge"].startswith("LeaseExpiredError"), r
     assert r["final"] == {"target": 0, "processing": 0, "processed": 1, "error": 0}, r
+
+
+def test_a_late_commit_of_a_transaction_recovery_rolled_back_is_an_error(root):
+    """A transacted consumer presumed dead: recovery rolls its log back (its receive goes back to
+    target/, flagged).  Its late commit said FileNotFoundError about a log path; it raises
+    TransactionRolledBackError now, and nothing of the transaction is committed."""
+    from dropboxmq.errors import TransactionRolledBackError
+    from dropboxmq.transaction import recover_owner
+
+    with Connection(root, "a", FAST, create=True) as c:
+        c.create_session().create_producer(Q).send(TextMessage(body=b"x"))
+        t = c.create_session(transacted=True)
+        assert t.create_consumer(Q).receive(1).body == b"x"
+        t.create_producer(Q).send(TextMessage(body=b"sent in the transaction"))
+        recover_owner(root, "a")  # what recovery does to a dead owner's transactions
+        with pytest.raises(TransactionRolledBackError, match="rolled back by recovery"):
+            t.commit()
+    [back] = ls(root, "Q1", "target")
+    assert ".....JMSXDeliveryCountI=1" in back and counts(root, "Q1")["processed"] == 0
