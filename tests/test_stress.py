@@ -310,9 +310,11 @@ def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
 # unlink(target/x) leaves ONE message under two names; recovery only de-duplicates
 # working/+target/ (_sweep_working), so reclaim REDELIVERs processing/c~x' to target/ under its
 # delivery-count name and target/ holds the message twice: delivered twice, both acked
+# (Issue 28: without renameat2 a claim is a plain rename() now, never link()+unlink(), so call 1 is
+# that rename and a crash can no longer leave two names; the trial still proves nothing is duplicated.)
 def test_regression_link_fallback_claim_crash_duplicates_message(tmp_path):
-    t = failn.trial("claim", "kill-after", 1, "link", tmp_path / "t")  # call 1 = link() of the claim
-    assert t["kind"] == "link"
+    t = failn.trial("claim", "kill-after", 1, "link", tmp_path / "t")  # call 1 = the claim's rename()
+    assert t["kind"] == "rename"
     assert t["duplicated"] == 0 and t["unexplained"] == 0, t["note"]
 
 
@@ -346,7 +348,7 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
     with Connection(root, "a", Settings(poll_interval=0.002), create=True) as c:
         c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
         cons = c.create_session().create_consumer(q)
-        real_rename = store.rename_noreplace
+        real_rename = store.rename_exclusive  # (a move out of processing/)
 
         def eio(*a, **k):
             raise OSError(errno.EIO, "Input/output error")
@@ -358,7 +360,7 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
             return real_rename(src, dst, src_dir_fd, dst_dir_fd)
 
         monkeypatch.setattr(store.Dropbox, "read", eio)
-        monkeypatch.setattr(store, "rename_noreplace", no_error_dir)
+        monkeypatch.setattr(store, "rename_exclusive", no_error_dir)
         with pytest.raises(StoreError):
             cons.receive(0.05)
         monkeypatch.undo()

@@ -31,7 +31,7 @@ __all__ = [
     # from .errors
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError", "InvalidSelectorError",
     "IllegalStateError", "MessageFormatError", "TransactionRolledBackError", "StoreError",
-    "RootNotFoundError", "QueueNotFoundError", "PropertyValue", "Body",
+    "RootNotFoundError", "QueueNotFoundError", "LeaseExpiredError", "MessageTakenError", "PropertyValue", "Body",
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
@@ -40,8 +40,9 @@ _SOURCES = ("errors", "message", "ackmode", "connection", "session", "producer",
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
-                         InvalidSelectorError, JMSException, MessageFormatError, QueueNotFoundError,
-                         RootNotFoundError, StoreError, TransactionRolledBackError)
+                         InvalidSelectorError, JMSException, LeaseExpiredError, MessageFormatError,
+                         MessageTakenError, QueueNotFoundError, RootNotFoundError, StoreError,
+                         TransactionRolledBackError)
     from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage,
                           Queue, StreamMessage, TextMessage, Topic)
     from .ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode

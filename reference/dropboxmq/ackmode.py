@@ -2,14 +2,14 @@
 delivers, when the application is done with it, when a listener fails on it, and when the
 session closes with it unacknowledged.  Pure: no I/O; ``session.Session`` executes the steps.
 
-=================  =======  =====  ==========  =========  ==================  ============
-mode               take     done   failure     close      acknowledge/recover  durable ack
-=================  =======  =====  ==========  =========  ==================  ============
-AUTO_ACKNOWLEDGE   -        ACK    REDELIVER   REDELIVER  allowed             no
-CLIENT_ACKNOWLEDGE HOLD     -      KEEP        REDELIVER  allowed             yes
-DUPS_OK            -        BATCH  REDELIVER   ACK        allowed             no
-SESSION_TRANSACTED LOG      -      KEEP        ROLLBACK   commit/rollback     (the log's)
-=================  =======  =====  ==========  =========  ==================  ============
+=================  =======  =====  ==========  =========  ==================  ============  ===========
+mode               take     done   failure     close      acknowledge/recover  durable ack   taken ack
+=================  =======  =====  ==========  =========  ==================  ============  ===========
+AUTO_ACKNOWLEDGE   -        ACK    REDELIVER   REDELIVER  allowed             no            error
+CLIENT_ACKNOWLEDGE HOLD     -      KEEP        REDELIVER  allowed             yes           error
+DUPS_OK            -        BATCH  REDELIVER   ACK        allowed             no            silent
+SESSION_TRANSACTED LOG      -      KEEP        ROLLBACK   commit/rollback     (the log's)   (rollback)
+=================  =======  =====  ==========  =========  ==================  ============  ===========
 
 *take*: as a consumer claims it (HOLD: kept until acknowledge(); LOG: recorded in the
 transaction log and kept until commit/rollback).  *done*: receive() returns it, or its
@@ -18,7 +18,10 @@ listener returned (ACK: now, a failed ACK puts it back; BATCH: kept, acked witho
 after the consumer's redelivery delay; KEEP: the application recovers or rolls back).
 *close*: what happens to the messages still held.  *durable ack*: acknowledge() raises when
 the fsync of its acks fails (else the renames stand and a warning is logged: a crash that
-undoes them redelivers, at-least-once).
+undoes them redelivers, at-least-once).  *taken ack*: an ack that finds its claim gone because
+recovery took it from this client (presumed dead: lease or lock lost; it is delivered again)
+raises MessageTakenError; DUPS_OK promises no more than at-least-once, so it stays silent (a
+transacted commit is rolled back: TransactionRolledBackError).
 """
 
 from __future__ import annotations
@@ -76,11 +79,12 @@ class AckPolicy:
     close: Close
     transacted: bool  # commit()/rollback(), not acknowledge()/recover()/dead_letter()
     durable_ack: bool  # acknowledge() returns only once its acks are durable
+    taken_is_error: bool  # an ack whose claim recovery took raises MessageTakenError
 
 
 POLICY: dict[AckMode, AckPolicy] = {
-    AckMode.AUTO_ACKNOWLEDGE: AckPolicy(Take.NOTHING, Done.ACK, Failure.REDELIVER, Close.REDELIVER, False, False),
-    AckMode.CLIENT_ACKNOWLEDGE: AckPolicy(Take.HOLD, Done.NOTHING, Failure.KEEP, Close.REDELIVER, False, True),
-    AckMode.DUPS_OK_ACKNOWLEDGE: AckPolicy(Take.NOTHING, Done.BATCH, Failure.REDELIVER, Close.ACK, False, False),
-    AckMode.SESSION_TRANSACTED: AckPolicy(Take.LOG, Done.NOTHING, Failure.KEEP, Close.ROLLBACK, True, False),
+    AckMode.AUTO_ACKNOWLEDGE: AckPolicy(Take.NOTHING, Done.ACK, Failure.REDELIVER, Close.REDELIVER, False, False, True),
+    AckMode.CLIENT_ACKNOWLEDGE: AckPolicy(Take.HOLD, Done.NOTHING, Failure.KEEP, Close.REDELIVER, False, True, True),
+    AckMode.DUPS_OK_ACKNOWLEDGE: AckPolicy(Take.NOTHING, Done.BATCH, Failure.REDELIVER, Close.ACK, False, False, False),
+    AckMode.SESSION_TRANSACTED: AckPolicy(Take.LOG, Done.NOTHING, Failure.KEEP, Close.ROLLBACK, True, False, False),
 }

@@ -45,6 +45,10 @@ class Settings:
     recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
     dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
     allow_network_fs: bool = False
+    # s: the client's lease (leases.py): renewed every lease/3; where flock does not cross mounts
+    # another host declares this client dead once its record stayed unchanged for 1.5 x lease,
+    # and the client fences itself (LeaseExpiredError) 0.8 x lease after its last renewal
+    lease: float = 10.0
     # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
     # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
     # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
@@ -117,7 +121,7 @@ class Connection:
         ensure_layout(self.root)
         generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
-        self._registration = Registration(self.root, self.client_id)
+        self._registration = Registration(self.root, self.client_id, self.settings.lease)
         self.client_id_generated = generated
         if not generated:
             self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
@@ -242,6 +246,10 @@ class Connection:
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("connection is closed")
+
+    def check_lease(self, what: str) -> None:
+        """LeaseExpiredError once this connection is fenced (leases.py): ``what`` may not happen."""
+        self._registration.check(what)
 
     def housekeeping(self, box: Dropbox) -> None:
         """The ops layer's work for a dropbox this connection consumes from, at most every

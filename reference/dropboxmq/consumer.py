@@ -41,6 +41,7 @@ class Delivery:
     original_name: str
     message: Message
     body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
+    acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
 
 
 def compile_selector(text: str | None) -> "Selector | None":
@@ -194,6 +195,7 @@ class MessageConsumer:
     # --- the claim
     def _claim_next(self, read_body: bool = True) -> Delivery | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
+        self.session.connection.check_lease("receive")
         self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
         while (claim := self._claimer.claim_next()) is not None:
             d = self._deliver(claim, read_body)

@@ -6,7 +6,7 @@ __all__ = [
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
     "InvalidSelectorError", "IllegalStateError", "RootNotFoundError", "QueueNotFoundError", "MessageFormatError", "TransactionRolledBackError",
     "TransactionInDoubtError", "NameTooLongError", "StoreError", "UnsupportedFileSystemError",
-    "store_error",
+    "store_error", "LeaseExpiredError", "MessageTakenError",
 ]
 
 
@@ -48,6 +48,22 @@ class InvalidSelectorError(JMSException):
 
 class IllegalStateError(JMSException):
     pass
+
+
+class LeaseExpiredError(IllegalStateError):
+    """This connection could not renew its lease in time (leases.py): another host may already
+    have declared it dead and given its messages to other consumers, so it is fenced: every
+    acknowledge, commit, send and receive fails.  Close the connection and connect again."""
+
+
+class MessageTakenError(IllegalStateError):
+    """An acknowledgement (or commit) found its message gone from this client's claim: recovery
+    took it back because the client was presumed dead, and it is, or will be, delivered again.
+    The acknowledgement did not happen.  ``messages``: the message ids concerned."""
+
+    def __init__(self, text: str, messages: tuple[str, ...] = ()):
+        super().__init__(text)
+        self.messages = messages
 
 
 class MessageFormatError(JMSException):

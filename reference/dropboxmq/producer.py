@@ -113,6 +113,7 @@ class MessageProducer:
         ``source``: an open file holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
+        session.connection.check_lease("send")
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 for msg, name, boxes in prepared:

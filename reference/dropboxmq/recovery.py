@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import claims, codec, layout, retention
-from .clients import is_dead
+from .clients import is_dead, settle_leases
 from .codec import from_wire, now_ms
 from .store import Dropbox, NotARegularFile, ensure_plain_dir
 from .errors import StoreError
@@ -115,9 +115,12 @@ def recover(
     expire: bool = True,
 ) -> RecoveryReport:
     """Recover every dropbox under ``root``.  ``orphan_age`` in seconds;
-    ``assume_unknown_dead`` also reclaims entries of never-registered (foreign/1.2) clients."""
+    ``assume_unknown_dead`` also reclaims entries of never-registered (foreign/1.2) clients.
+    Where flock does not cross mounts, first watches the clients' leases until each is decided
+    (up to 1.5 x the longest lease: leases.py), so a client on another host is not taken for dead."""
     root = Path(root)
     report = RecoveryReport()
+    settle_leases(root)
     with _RootLock(root):
         for where, path in list(pending_logs(root)):
             owner = log_owner(path.name)

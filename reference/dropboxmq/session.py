@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import claims, layout
 from .ackmode import POLICY, AckMode, Close, Done, Failure, Take
 from .consumer import Delivery, MessageConsumer, compile_selector
-from .errors import IllegalStateError, InvalidDestinationError, StoreError
+from .errors import IllegalStateError, InvalidDestinationError, LeaseExpiredError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 from .message import (
     BytesMessage,
@@ -203,7 +203,12 @@ class Session:
             if self.transacted:
                 raise IllegalStateError("acknowledge() is not allowed in a transacted session")
             chosen, kept = self._held(messages)
-            self._ack(chosen)
+            self.connection.check_lease("acknowledge")
+            try:
+                self._ack(chosen)
+            except MessageTakenError:
+                self._unacked = kept  # the others are acknowledged; the taken ones are not ours
+                raise
             self._unacked = kept
 
     def _held(self, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
@@ -232,12 +237,17 @@ class Session:
             self._unacked = kept
 
     def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
-        """ACK each delivery; fsync processed/ once per directory for persistent ones."""
-        touched = []
+        """ACK each delivery; fsync processed/ once per directory for persistent ones.
+        MessageTakenError (after the others are acked) for a claim that recovery took away."""
+        touched, taken = [], []
         for d in deliveries:
             moved = claims.finish(d.box, Move.ACK, d.processing_name)
             if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
                 continue  # its subscription was removed (by another connection): nothing to ack
+            if not moved and not d.acked and not _acked_under_own_name(d):
+                taken.append(d)  # fenced by construction: recovery renamed our claim away
+                continue
+            d.acked = True
             # not moved = acked by an earlier acknowledge() whose sync failed: sync again
             if (moved or self.policy.durable_ack) and \
                     d.message.delivery_mode == DeliveryMode.PERSISTENT:
@@ -257,6 +267,12 @@ class Session:
                 # them, they come back redelivered (at-least-once), so raising here would only
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
+        if taken and self.policy.taken_is_error:
+            ids = tuple(d.message.message_id or d.original_name for d in taken)
+            raise MessageTakenError(
+                f"{len(taken)} message(s) not acknowledged: recovery took them back from this client "
+                f"(presumed dead: lease or lock lost) and they are delivered again: {', '.join(ids[:5])}"
+                f"{' ...' if len(ids) > 5 else ''}", ids)
 
     def recover(self, *messages: Message, back_off: bool = False) -> None:
         """Stop, and redeliver every unacknowledged message from the oldest on; given
@@ -299,6 +315,7 @@ class Session:
             self._check_open()
             if not self.transacted:
                 raise IllegalStateError("commit() needs a transacted session")
+            self.connection.check_lease("commit")
             tx, self._tx = self._tx, None
             self._unacked = []
             if tx is not None:
@@ -440,7 +457,7 @@ class Session:
                             continue
                         delivered = True
                         self._run_listener(consumer, d)
-                    except StoreError as exc:  # e.g. disk full: keep the dispatcher alive
+                    except (StoreError, MessageTakenError, LeaseExpiredError) as exc:  # keep the dispatcher alive
                         log.warning("listener delivery failed: %s", exc)
                         delivered = False
             if delivered:
@@ -466,3 +483,18 @@ class Session:
             self._in_listener = None
         self._done(d)
 
+
+def _acked_under_own_name(d: Delivery) -> bool:
+    """Did an ACK whose rename answered "no such file" happen after all?  (NFS retransmits a
+    RENAME whose reply was lost and answers the retry ENOENT.)  Then the message is in processed/
+    under the name the ACK gives it: this claim's own name, or for an alias claim its message's
+    name with the alias's inode."""
+    box, pname = d.box, d.processing_name
+    inode = claims.alias_inode(pname)
+    try:
+        if inode is None:
+            box.stat(State.ACKNOWLEDGED, pname)
+            return True
+        return box.stat(State.ACKNOWLEDGED, d.original_name).st_ino == inode
+    except FileNotFoundError:
+        return False

@@ -33,11 +33,10 @@ from .errors import StoreError, UnsupportedFileSystemError, store_error
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
-    "renameat2", "noreplace_supported", "rename_noreplace", "NETWORK_FILE_SYSTEMS",
+    "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "NETWORK_FILE_SYSTEMS",
     "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
     "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
     "ensure_plain_dir", "is_real_dir", "sync_many",
-    
 ]
 
 _T = TypeVar("_T")
@@ -60,9 +59,42 @@ noreplace_supported = renameat2 is not None
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
+def _renameat2_noreplace(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> bool:
+    """renameat2(RENAME_NOREPLACE): True when done, False where the kernel or the file system
+    does not have it (then ``noreplace_supported`` turns False for the process)."""
+    global noreplace_supported
+    if not noreplace_supported or renameat2 is None:
+        return False
+    if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
+        src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
+    else:
+        src_b, dst_b = os.fsencode(src), os.fsencode(dst)
+    if renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        raise OSError(err, os.strerror(err), src, None, dst)
+    noreplace_supported = False  # every network file system measured answers EINVAL (issue 28)
+    return False
+
+
+def _dir_fd(fd: int) -> int | None:
+    return None if fd == _AT_FDCWD else fd
+
+
+def _exists(path: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(path, dir_fd=_dir_fd(dir_fd))
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
     """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
     directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
+    For a source nobody else moves (working/, a log): a source others may be moving at the
+    same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
 
     renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
     Elsewhere link()+unlink(): never replaces either, and a crash between the
@@ -70,31 +102,65 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     working/ and target/ = sent).  The unlink is then synced (the source directory
     fsynced): a rename is one atomic step, two calls are not, and a power loss must
     not keep a later move while undoing this unlink (one message under two names in
-    two states; PROTOCOL.md Durability D5).
+    two states; PROTOCOL.md Durability D5).  Network file systems (issue 28): a losing
+    link() may answer EPERM (sshfs; SMB always does), and GlusterFS may answer EEXIST
+    with no file there; only a destination seen to exist is FileExistsError.  If the source
+    vanished between the link and the unlink (someone else moved it), the link is undone:
+    a second name for one file is never left behind.
     """
-    global noreplace_supported
-    if noreplace_supported and renameat2 is not None:
-        if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
-            src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
-        else:
-            src_b, dst_b = os.fsencode(src), os.fsencode(dst)
-        if renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
-            return
-        err = ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-            raise OSError(err, os.strerror(err), src, None, dst)
-        noreplace_supported = False
-    if src_dir_fd == _AT_FDCWD and dst_dir_fd == _AT_FDCWD:
-        os.link(src, dst, follow_symlinks=False)
-        os.unlink(src)
+    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        return
+    for attempt in range(3):
+        try:
+            os.link(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd),
+                    follow_symlinks=False)
+            break
+        except (FileExistsError, PermissionError) as exc:
+            if _exists(dst, dst_dir_fd):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
+            if not _exists(src, src_dir_fd):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
+            if exc.errno == errno.EPERM or attempt == 2:
+                _rename_checked(src, dst, src_dir_fd, dst_dir_fd)  # no link() here (SMB): check, rename
+                return
+            # EEXIST with no file there (GlusterFS under a race): try again
+    try:
+        os.unlink(src, dir_fd=_dir_fd(src_dir_fd))
+    except FileNotFoundError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dst, dir_fd=_dir_fd(dst_dir_fd))  # someone moved the source: ours is a second name
+        raise
+    if src_dir_fd == _AT_FDCWD:
         fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
     else:
-        os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
-        os.unlink(src, dir_fd=src_dir_fd)
-        if src_dir_fd == _AT_FDCWD:
-            fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
-        else:
-            os.fsync(src_dir_fd)
+        os.fsync(src_dir_fd)
+
+
+def _rename_checked(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
+    """rename() after checking that ``dst`` is free: FileExistsError if it is not."""
+    if _exists(dst, dst_dir_fd):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst)
+    os.rename(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd))
+
+
+def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
+    """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
+    CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
+    them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
+    if ``dst`` exists.
+
+    renameat2(RENAME_NOREPLACE) where supported.  Elsewhere a plain rename() after checking
+    that ``dst`` is free: the source vanishing in one step is the exclusivity.  Never link() +
+    unlink(): two movers can each link the same file under their own names, and the loser's
+    second name (same inode) is a stale copy that recovery would later deliver again (the
+    MooseFS duplicates of issue 28).  The check and the rename are two steps: a destination
+    created between them is replaced, which a claim or an ACK cannot meet (their destination
+    names the owner, who alone makes it) and a REDELIVER only if a foreign producer drops the
+    very same name into target/ in that instant.
+    """
+    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        return
+    _rename_checked(src, dst, src_dir_fd, dst_dir_fd)
 
 
 # ---------------------------------------------------------------- file-system checks
@@ -326,12 +392,12 @@ class Dropbox:
         try:
             fds = self._fds if self._fds is not None else self._held()
             try:
-                fd = os.open(path if fds is None else name, _O_CREATE, 0o644,
-                             dir_fd=None if fds is None else fds[State.NOT_COMMITTED])
+                fd = _open_exclusive(path if fds is None else name,
+                                     _AT_FDCWD if fds is None else fds[State.NOT_COMMITTED])
             except FileNotFoundError:
                 if not self._went_away(State.NOT_COMMITTED):
                     raise
-                fd = os.open(path, _O_CREATE, 0o644)
+                fd = _open_exclusive(path, _AT_FDCWD)
         except OSError as exc:
             raise store_error("create", path, exc) from exc
         try:
@@ -380,14 +446,16 @@ class Dropbox:
         if destination not in plain:
             self._check_plain(destination)
         dst_name = new_name or name
-        fds = None  # without renameat2 the link()+unlink() fallback goes by path (as the fault harness counts it)
+        fds = None  # without renameat2 the fallback goes by path (as the fault harness counts it)
         if noreplace_supported:
             fds = self._fds if self._fds is not None else self._held()
+        # out of target/ and processing/ others may move the same file: the rename must be exclusive
+        rename = rename_noreplace if source is State.NOT_COMMITTED else rename_exclusive
         try:
             if fds is None:
-                rename_noreplace(self.file(source, name), self.file(destination, dst_name))
+                rename(self.file(source, name), self.file(destination, dst_name))
             else:
-                rename_noreplace(name, dst_name, fds[source], fds[destination])
+                rename(name, dst_name, fds[source], fds[destination])
         except FileNotFoundError:
             if self._went_away(source, destination):
                 return self.move(move, source, name, new_name, durable=durable)
@@ -395,11 +463,11 @@ class Dropbox:
         except FileExistsError:
             if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
                 # A foreign producer reused a name: keep both, never overwrite.
-                return self._move_aside(self.file(source, name), destination, dst_name)
+                return self._move_aside(self.file(source, name), destination, dst_name, rename)
             if destination is State.NEW:
                 # target/ already holds a message of that name (a foreign file dropped twice):
                 # this one goes under a name of its own -- never a failed send, never lost.
-                moved = self._send_aside(self.file(source, name), dst_name)
+                moved = self._send_aside(self.file(source, name), dst_name, rename)
                 if moved and durable:
                     self.sync(destination)
                 return moved
@@ -411,25 +479,26 @@ class Dropbox:
             self.sync(destination)
         return True
 
-    def _send_aside(self, src: str, name: str) -> bool:
+    def _send_aside(self, src: str, name: str, rename: Callable[[str, str], None]) -> bool:
         """Rename ``src`` into target/ under the first free ``codec.disambiguated`` name."""
         from . import codec
 
         names = (codec.disambiguated(name, n) for n in range(2, 1000))
         return self._rename_to_free_name(src, State.NEW, itertools.takewhile(lambda n: n is not None, names),
-                                         "send aside")
+                                         "send aside", rename)
 
-    def _move_aside(self, src: str, destination: State, name: str) -> bool:
+    def _move_aside(self, src: str, destination: State, name: str, rename: Callable[[str, str], None]) -> bool:
         names = (cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES) for n in range(1, 1000))
-        return self._rename_to_free_name(src, destination, names, "move aside")
+        return self._rename_to_free_name(src, destination, names, "move aside", rename)
 
-    def _rename_to_free_name(self, src: str, destination: State, names: Iterable[str | None], what: str) -> bool:
+    def _rename_to_free_name(self, src: str, destination: State, names: Iterable[str | None], what: str,
+                             rename: Callable[[str, str], None]) -> bool:
         """Rename ``src`` into ``destination`` under the first of ``names`` not taken there
         (False: ``src`` is gone, another process moved it)."""
         for other in names:
             assert other is not None
             try:
-                rename_noreplace(src, self.file(destination, other))
+                rename(src, self.file(destination, other))
                 return True
             except FileExistsError:
                 continue
@@ -528,6 +597,22 @@ def _copy_file(src: int, dst: int) -> None:
     while chunk := os.pread(src, _COPY_CHUNK, offset):
         _write_all(dst, chunk)
         offset += len(chunk)
+
+
+def _open_exclusive(path: str, dir_fd: int) -> int:
+    """open(O_CREAT|O_EXCL), where an EEXIST must be a file that exists: GlusterFS answered EEXIST
+    to both of two racing creates and left no file (issue 28), so a phantom EEXIST is tried
+    again; a losing create's EPERM (sshfs) is the EEXIST it means."""
+    for attempt in range(3):
+        try:
+            return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
+        except (FileExistsError, PermissionError) as exc:
+            there = _exists(path, dir_fd)
+            if there and exc.errno == errno.EPERM:
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+            if there or exc.errno == errno.EPERM or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 class NotARegularFile(OSError):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
 from . import claims, codec
-from .errors import StoreError, TransactionInDoubtError
+from .errors import StoreError, TransactionInDoubtError, TransactionRolledBackError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
@@ -285,7 +285,14 @@ class TransactionLog:
         self.close(False)
         if durable:  # group commit: the log and every working/ file it names, durable together
             sync_files(self.root, self._files(), self._sent_bytes)
-        self.store.rename(_L.ASSOCIATED, _LM.COMMIT, self.name)
+        try:
+            self.store.rename(_L.ASSOCIATED, _LM.COMMIT, self.name)
+        except FileNotFoundError:
+            # only a recovery moves our log out of associated/: it took us for dead (a lost lease
+            # or lock) and rolled the transaction back (fencing by construction, PROTOCOL.md H4)
+            raise TransactionRolledBackError(
+                f"transaction {self.name} was rolled back by recovery (this client was presumed dead): "
+                "its receives are delivered again and its sends discarded; nothing of it is committed") from None
         # ---- point of no return: from here on recovery rolls forward ----
         try:
             if durable:
