@@ -22,7 +22,7 @@ from dropboxmq.errors import InvalidClientIDError, LeaseExpiredError, MessageTak
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.recovery import reclaim_dead_owners
-from dropboxmq.session import CLIENT_ACKNOWLEDGE, Connection
+from dropboxmq import CLIENT_ACKNOWLEDGE, Connection
 from dropboxmq.store import Dropbox
 from conftest import FAST, counts, ls
 
@@ -472,7 +472,7 @@ def test_a_late_commit_of_a_transaction_recovery_rolled_back_is_an_error(root):
     target/, flagged).  Its late commit said FileNotFoundError about a log path; it raises
     TransactionRolledBackError now, and nothing of the transaction is committed."""
     from dropboxmq.errors import TransactionRolledBackError
-    from dropboxmq.transaction import recover_owner
+    from dropboxmq.recovery import recover_owner
 
     with Connection(root, "a", FAST, create=True) as c:
         c.create_session().create_producer(Q).send(TextMessage(body=b"x"))

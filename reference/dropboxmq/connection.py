@@ -26,7 +26,7 @@ from .message import (
     Queue,
 )
 from .session import Session
-from .store import Dropbox, check_file_system
+from .store import Dropbox
 from .temporary import delete_temporary, temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
@@ -115,7 +115,9 @@ class Connection:
             except (FileExistsError, NotADirectoryError):
                 pass  # check_root says what stands in the way
         check_root(self.root)
-        check_file_system(self.root, self.settings.allow_network_fs or allow_network_fs)
+        from .doctor import admit  # (the probes' module: not on the send/receive path)
+
+        admit(self.root, self.settings.allow_network_fs or allow_network_fs)
         from .transaction import ensure_layout  # (the transaction log's directories)
 
         ensure_layout(self.root)

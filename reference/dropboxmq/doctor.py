@@ -40,7 +40,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import UnsupportedFileSystemError
+
 __all__ = [
+    "admit",
     "Probes", "Verdict", "probe", "judge", "verdict_for", "record", "RECORD",
     "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "EXIT_CODES", "LOCAL_FILE_SYSTEMS",
 ]
@@ -460,3 +463,17 @@ def verdict_for(root: Path) -> Verdict | None:
         return Verdict(data["level"], tuple(data["reasons"]), tuple(data["notes"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def admit(root: Path, allow_network: bool) -> None:
+    """Open ``root`` only on a file system fit for it: refuse a root ``dropboxmq doctor`` judged
+    unsafe (even when forced: its races are not exclusive), accept one it qualified, and without a
+    verdict leave it to ``store.check_file_system`` (an unqualified network file system needs
+    the flag)."""
+    from .store import check_file_system
+
+    verdict = verdict_for(root)
+    if verdict is None:
+        check_file_system(root, allow_network)
+    elif verdict.level == UNSAFE:
+        raise UnsupportedFileSystemError(f"{root}: judged unsafe by dropboxmq doctor: {verdict.reasons[0]}")

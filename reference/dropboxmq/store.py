@@ -194,15 +194,8 @@ def file_system_type(path: Path) -> str:
 
 
 def check_file_system(path: Path, allow_network: bool) -> None:
-    """Refuse a root ``dropboxmq doctor`` judged unsafe (even when forced: its races are not
-    exclusive) and accept one it qualified; an unqualified network file system needs the flag."""
-    from .doctor import UNSAFE, verdict_for  # the doctor imports this module
-
-    verdict = verdict_for(path)
-    if verdict is not None:
-        if verdict.level == UNSAFE:
-            raise UnsupportedFileSystemError(f"{path}: judged unsafe by dropboxmq doctor: {verdict.reasons[0]}")
-        return
+    """Refuse a network file system unless allowed (``doctor.admit`` first asks for the verdict
+    ``dropboxmq doctor`` recorded: it overrides this check both ways)."""
     fs_type = file_system_type(path)
     if fs_type in NETWORK_FILE_SYSTEMS and not allow_network:
         raise UnsupportedFileSystemError(
