@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dropboxmq.codec import decode_name, name_delivery_count, split_processing_name
+from . import grammar
 from dropboxmq.lifecycle import STATE_DIRS, Actor, IllegalMove, Move, State, move_between, state_of_directory
 
 __all__ = [
@@ -94,22 +94,22 @@ def owner_of(loc: Loc | None) -> str | None:
     """The client id a processing/ name carries (None: not in processing/, or claimed bare)."""
     if loc is None or loc.state is not State.DELIVERED:
         return None
-    return split_processing_name(loc.name)[0]
+    return grammar.split_claimed(loc.name)[0]
 
 
 def original_name(name: str) -> str:
     """The name as sent: a processing/ name without its ``<client>~`` prefix."""
-    return split_processing_name(name)[1]
+    return grammar.split_claimed(name)[1]
 
 
 def message_id(name: str) -> str:
     """The JMSMessageID a (processing/) name stands for."""
-    return decode_name(original_name(name)).message_id or ""
+    return grammar.message_id(name)
 
 
 def count_of(name: str) -> int:
     """The delivery count a name carries (0: none)."""
-    return name_delivery_count(leaf(name))
+    return grammar.delivery_count(leaf(name))
 
 
 def move_of(source: State, destination: State) -> Move | None:

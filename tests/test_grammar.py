@@ -1,4 +1,4 @@
-"""The judge's own name grammar (dropboxmq_conformance.grammar, written from PROTOCOL.md) agrees
+"""The judge's own name grammar (dropboxmq_spec.grammar, written from PROTOCOL.md) agrees
 with the reference codec: a differential property test over generated names and every name the
 real DropboxMQ 1.2 wrote (fixtures).  Only this test imports both."""
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dropboxmq import codec
-from dropboxmq_conformance import grammar
+from dropboxmq_spec import grammar
 
 FIXTURES = Path(os.environ.get("DROPBOXMQ_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
 

@@ -115,6 +115,14 @@ def test_the_judge_imports_no_reference_internals():
     assert not offenders, f"the judge imports the reference's internals: {offenders}"
 
 
+def test_the_spec_package_the_judge_uses_imports_no_reference_internals():
+    """The judge validates traces with the spec package's trace driver (dropboxmq_spec): it reads
+    names with the same grammar, so a reference codec bug cannot reach the judge through it."""
+    spec = JUDGE.parent.parent / "spec"
+    offenders = {p.name: sorted(_reference_imports(p) - JUDGE_MAY_IMPORT) for p in spec.glob("*.py")}
+    assert not {k: v for k, v in offenders.items() if v}, offenders
+
+
 def test_the_import_scan_sees_every_form_of_import(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from dropboxmq import codec\nimport dropboxmq.store\nfrom dropboxmq.session import X\n"

@@ -91,7 +91,7 @@ def test_replay_accepts_the_old_fallback_recovery_whose_missing_count_is_r2s_to_
     PROTOCOL.md makes such a Redeliver legal (R-4): the count is a SHOULD (R-2, a MUST only in the
     strict profile) that the kill9 checks grade, so the replay accepts the move -- recorded either
     way -- and the count it left is visibly 0."""
-    from dropboxmq_conformance import grammar
+    from dropboxmq_spec import grammar
 
     for recs in (load("consume-kill9"), as_recorded_now(load("consume-kill9"))):
         res = R.replay(recs, purge=False)

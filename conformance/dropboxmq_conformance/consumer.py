@@ -12,8 +12,8 @@ from typing import Callable
 
 from dropboxmq.lifecycle import STATE_DIRS, State
 
-from . import grammar
-from .grammar import leaf, locate
+from dropboxmq_spec import grammar
+from dropboxmq_spec.grammar import leaf, locate
 
 from . import checks as C
 from .checks import Result

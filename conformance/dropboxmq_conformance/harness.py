@@ -28,8 +28,8 @@ from typing import Callable, Iterator
 
 from dropboxmq.lifecycle import STATE_DIRS
 
-from . import grammar
-from .grammar import KILL, locate, owner_of
+from dropboxmq_spec import grammar
+from dropboxmq_spec.grammar import KILL, locate, owner_of
 
 from . import checks as C
 from .checks import Result

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from dropboxmq.lifecycle import State
 
-from . import grammar
-from .grammar import leaf, locate
+from dropboxmq_spec import grammar
+from dropboxmq_spec.grammar import leaf, locate
 
 from . import checks as C
 from .checks import Result

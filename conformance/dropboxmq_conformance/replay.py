@@ -59,8 +59,8 @@ from typing import Any, Iterable
 
 from dropboxmq_spec import tlc_traces
 from dropboxmq.lifecycle import COUNT_RULES, IllegalMove, Move, State, count_ok, move_between, next_state
-from . import grammar
-from .grammar import KILL, Loc, leaf, locate, locate_log, owner_of
+from dropboxmq_spec import grammar
+from dropboxmq_spec.grammar import KILL, Loc, leaf, locate, locate_log, owner_of
 
 #: the ops of a trace record that concern a file
 FILE_OPS = ("create", "close_write", "rename", "delete")

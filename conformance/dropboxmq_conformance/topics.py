@@ -36,10 +36,10 @@ from pathlib import Path
 from dropboxmq.lifecycle import STATE_DIRS, State
 
 from . import checks as C
-from . import grammar
+from dropboxmq_spec import grammar
 from .checks import Result
 from .consumer import claims_by_rename
-from .grammar import locate
+from dropboxmq_spec.grammar import locate
 from .harness import (FALLBACK_RECOVERY, PLANTING, Proc, Scenario, excerpt, exit_clean, kill_while_holding, listdir,
                       make_layout, mid_of, parse_output, put)
 from .manifest import Manifest, environ

@@ -49,7 +49,7 @@ from typing import Callable, Iterable, TextIO
 
 from inotify_simple import INotify, flags
 
-from .grammar import KILL
+from dropboxmq_spec.grammar import KILL
 
 WATCH_MASK = (
     flags.CREATE
