@@ -369,7 +369,7 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
             box.move(Move.DISCARD, State.NOT_COMMITTED, e.at)
             touched.append((box, State.NOT_COMMITTED))
         elif commit:
-            if claims.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
+            if codec.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
                 claims.finish(box, Move.ACK, e.at)
             else:
                 box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)

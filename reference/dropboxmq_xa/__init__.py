@@ -78,7 +78,8 @@ from typing import Any, Iterator
 
 from dropboxmq import claims, codec
 from dropboxmq.codec import MAX_NAME_BYTES
-from dropboxmq.clients import is_dead, registration_path
+from dropboxmq.clients import registration_path
+from dropboxmq.liveness import is_dead
 from dropboxmq.errors import DropboxMQError, IllegalStateError
 from dropboxmq.lifecycle import State
 from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
