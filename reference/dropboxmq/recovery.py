@@ -37,7 +37,7 @@ from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished
 from .log_lifecycle import LogState
-from .transaction import CorruptLogError, log_owner, logged_sends, pending_logs, recover_log
+from .transaction import CorruptLogError, drop_interrupted_link, log_owner, logged_sends, pending_logs, recover_log
 
 log = logging.getLogger("dropboxmq")
 
@@ -261,7 +261,7 @@ def _give_back(box: Dropbox, pname: str, original: str) -> int:
                 claims.finish(box, Move.DEAD_LETTER, pname)
                 return 0
             return int(box.move(Move.REDELIVER, State.DELIVERED, pname, name))
-        if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
+        if drop_interrupted_link(box, State.DELIVERED, pname, _rename_results(pname, original)):
             return 0  # a claim/ack/redeliver cut short in the link()+unlink() fallback
         return int(box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)))
     except StoreError as exc:

@@ -496,39 +496,6 @@ class Dropbox:
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
 
-    def park(self, state: State, name: str, parked: str) -> None:
-        """Rename a file to another name in the SAME state directory (no state change).
-        Two-phase commit parks a prepared branch's files under dot-names, which no listing
-        shows, so no sweep can touch them until the coordinator decides.  FileNotFoundError
-        if ``name`` is gone; never replaces ``parked``."""
-        rename_noreplace(self.file(state, name), self.file(state, parked))
-
-    def drop_interrupted_link(self, state: State, name: str,
-                              renamed: Callable[[State, str], bool] = lambda other, other_name: True) -> bool:
-        """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
-        fallback: if ``state/<name>`` shares its inode with a name in another state
-        directory of this dropbox that a rename of it could have produced (``renamed``),
-        that other name is the message; this one is removed.  (Hard links a foreign
-        program made to one file are other messages, not an interrupted rename.)
-        Not a lifecycle move: the message keeps exactly one state throughout."""
-        try:
-            st = os.lstat(self.file(state, name))
-        except FileNotFoundError:
-            return False
-        if st.st_nlink < 2:
-            return False
-        for other in State:
-            if other is state or other.value is None:
-                continue
-            try:
-                with os.scandir(self._dirs[other]) as it:
-                    if any(e.inode() == st.st_ino and renamed(other, e.name) for e in it):
-                        _unlink_quietly(self.file(state, name))
-                        return True
-            except FileNotFoundError:
-                continue
-        return False
-
 
 _COPY_CHUNK = 1 << 20
 
