@@ -20,8 +20,10 @@ LIBRARY = Path(__file__).resolve().parent.parent / "reference" / "dropboxmq"
 QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: what the closure measures today: it may only go down (lower it when it does).  Issue 27's
 #: budget is 2,000 and not met: 4,537 after the split, 5,021 once leases and fencing (issue 28:
-#: leases.py, the registration's lease record) joined the path.
-CEILING = 5021
+#: leases.py, the registration's lease record) joined the path; 4,633 once file-system detection,
+#: liveness, the claim register and temporary destinations left it (imported where first used),
+#: 4,600 once the store's recovery-only and XA-only methods did.
+CEILING = 4600
 
 
 def _type_checking(node: ast.stmt) -> bool:

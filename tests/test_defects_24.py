@@ -375,22 +375,22 @@ def test_6_a_live_consumers_ghost_named_message_is_not_taken_back(root):
 def test_3_a_count_registered_after_the_consumers_listing_still_counts(root, monkeypatch):
     """A consumer whose listing of the claim register predates another consumer's entry (the
     register is listed once per walk) must not deliver the message as a first delivery."""
-    from dropboxmq import claims
     from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+    from dropboxmq.store import Dropbox
 
     drop(root, "q", "invoice-42.xml", b"body")
     with Connection(root, "first", FAST) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         assert session.create_consumer(Queue("q")).receive(timeout=5).delivery_count == 1
         session.recover()
-    real_registered = claims.registered
+    real_registered = Dropbox.register_inodes
     listings = []
 
     def stale_then_real(box):  # the first listing misses the entry, as if made just before it
         listings.append(box)
         return frozenset() if len(listings) == 1 else real_registered(box)
 
-    monkeypatch.setattr(claims, "registered", stale_then_real)
+    monkeypatch.setattr(Dropbox, "register_inodes", stale_then_real)
     with Connection(root, "second", FAST) as conn:
         msg = conn.create_session().create_consumer(Queue("q")).receive(timeout=5)
         assert msg is not None and msg.redelivered and msg.delivery_count == 2

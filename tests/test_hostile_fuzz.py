@@ -190,7 +190,7 @@ def test_the_fuzzer_plants_into_every_directory_the_library_makes(tmp_path):
     """The places come from the layout's definitions: a root the library has made every kind of
     directory in (queues, topics, .incoming/, subscriptions and their consumers, registrations,
     checkpoint holds, every transaction-log state, XA's) has none the fuzzer leaves out."""
-    from dropboxmq.clients import hold_for_checkpoint
+    from dropboxmq.liveness import hold_for_checkpoint
     from dropboxmq_xa import create_xa_session
 
     root, _, _ = build(tmp_path)

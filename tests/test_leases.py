@@ -16,8 +16,9 @@ import types
 
 import pytest
 
-from dropboxmq import clients, leases, store
-from dropboxmq.clients import Registration, liveness
+from dropboxmq import clients, leases, liveness as liveness_mod, store
+from dropboxmq.clients import Registration
+from dropboxmq.liveness import liveness
 from dropboxmq.errors import InvalidClientIDError, LeaseExpiredError, MessageTakenError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
@@ -403,7 +404,7 @@ def test_recover_waits_for_leases_then_takes_only_the_dead_hosts_claims(root, mo
         assert len(naps) < 1000, "settle_leases never decided"
         clock.advance(seconds)
 
-    monkeypatch.setattr(clients, "sleep", nap)
+    monkeypatch.setattr(liveness_mod, "sleep", nap)
     with Connection(root, "live", dataclasses.replace(FAST, lease=600.0), create=True) as c:
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         s.create_producer(Q).send(TextMessage(body=b"held by the live client"))

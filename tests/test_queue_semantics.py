@@ -13,7 +13,7 @@ import pytest
 
 import dropboxmq.browser as browser_mod
 import dropboxmq.consumer as consumer_mod
-from dropboxmq import codec, ids, recovery, store, transaction
+from dropboxmq import codec, filesystems, ids, recovery, transaction
 from dropboxmq.errors import (
     IllegalStateError,
     InvalidClientIDError,
@@ -791,7 +791,7 @@ def test_name_over_255_bytes_rejected_at_send(root):
 
 
 def test_network_file_system_refused_unless_allowed(root, monkeypatch):
-    monkeypatch.setattr(store, "file_system_type", lambda path: "nfs")
+    monkeypatch.setattr(filesystems, "file_system_type", lambda path: "nfs")
     with pytest.raises(UnsupportedFileSystemError, match="network file system"):
         Connection(root, "a", FAST, create=True)
     with Connection(root, "a", allow_network_fs=True, create=True) as c:
@@ -802,7 +802,7 @@ def test_network_file_system_refused_unless_allowed(root, monkeypatch):
 
 def test_local_file_system_detected(root):
     os.makedirs(root, exist_ok=True)
-    assert store.file_system_type(root) not in store.NETWORK_FILE_SYSTEMS
+    assert filesystems.file_system_type(root) not in filesystems.NETWORK_FILE_SYSTEMS
 
 
 # ================================================================ browser and bodies

@@ -383,7 +383,7 @@ def test_available_now_recover_competitor_and_kill_9_deliver_every_message_exact
 def test_claims_belong_to_the_checkpoint_until_it_is_deleted_or_released(tmp_path):
     """A dead query's claims survive recover and every consumer's reclaim while its checkpoint
     exists; deleting the checkpoint, or ``recover --release CLIENT``, gives them back."""
-    from dropboxmq.clients import hold_for_checkpoint
+    from dropboxmq.liveness import hold_for_checkpoint
     from dropboxmq.recovery import reclaim_dead_owners
     from dropboxmq_spark import DropboxMQStreamReader
 

@@ -7,6 +7,9 @@ try names in the same delivery order and treat every verdict alike: SKIP is neve
 by this claimer, DEFER waits for its time, EXPIRE moves to expired/, CLAIM renames into
 ``processing/<enc(client)>~<name>`` (dead-lettered past the delivery limit).  What the
 caller does with a claim (read the body now, or hand the name to a Spark task) is its own.
+
+The claim register (claims.py) is imported only when a name needs it: one with no room for its
+delivery count, or a register that is not empty.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import random
 import time
 from typing import Callable, NamedTuple
 
-from . import claims, codec
+from . import codec
 from .codec import now_ms
 from .decision import ClaimSettings, Verdict, decide
 from .errors import StoreError, store_error
@@ -26,7 +29,7 @@ from .lifecycle import Move, State
 from .message import Message
 from .store import Dropbox
 
-__all__ = ["Scanner", "Claim", "Claimer"]
+__all__ = ["Scanner", "Claim", "Claimer", "finish"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -53,7 +56,7 @@ class Scanner:
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
         self.only: set[str] | None = None  # when set, the names outside it are never tried
-        self.registered: frozenset[int] = frozenset()  # inodes of the claim register (claims.py)
+        self.registered: frozenset[int] = frozenset()  # inodes of the claim register (Dropbox.register_inodes)
 
     @property
     def names_listed(self) -> int:
@@ -89,7 +92,7 @@ class Scanner:
         O(n log n) rank computations.  Equal ranks (foreign names of one priority) keep the
         order they were first listed in."""
         started = self.monotonic()
-        self.registered = claims.registered(self.box)  # (before the listing: no entry is missed)
+        self.registered = self.box.register_inodes()  # (before the listing: no entry is missed)
         names = self.box.list(State.NEW)
         ranks = self._ranks
         listed = set(names)
@@ -199,7 +202,11 @@ class Claimer:
         any other StoreError skips the name."""
         box, scanner = self.box, self.scanner
         # a name that cannot carry its delivery count has it in the claim register
-        entry = claims.lookup(box, State.NEW, name, scanner.registered) if scanner.registered else None
+        entry = None
+        if scanner.registered:
+            from . import claims
+
+            entry = claims.lookup(box, State.NEW, name, scanner.registered)
         attempted = 0 if entry is None else entry.count
         verdict, header, count, claimed, until, dead_letter = decide(name, self.clock(), self.policy, attempted)
         if verdict is not Verdict.CLAIM:
@@ -212,14 +219,14 @@ class Claimer:
             return None
         try:
             try:
-                pname = claims.claim_name(box, self.client_id, name, claimed, count, entry is not None)
+                pname = self._claim_name(name, claimed, count, entry is not None)
             except FileNotFoundError:
                 pname = ""  # claimed by another consumer before we could register it
-            except claims.StaleCount:
-                scanner.invalidate()  # the next walk lists the register again and reads the count
-                return None
             except OSError as exc:
                 raise store_error("register the claim of", name, exc) from exc
+            if pname is None:
+                scanner.invalidate()  # the next walk lists the register again and reads the count
+                return None
             if not pname or not box.move(Move.CLAIM, State.NEW, name, pname):
                 scanner.lost_race()
                 return None  # lost the race: normal, silent
@@ -229,12 +236,36 @@ class Claimer:
             log.warning("cannot claim %s, skipping it: %s", name, exc)
             scanner.skip.add(name)
             return None
-        if entry is not None and claims.alias_inode(pname) is None:
+        if entry is not None and codec.alias_inode(pname) is None:
+            from . import claims
+
             claims.forget(box, box.stat(State.DELIVERED, pname).st_ino)  # the count is in the name now
         if dead_letter:
             log.warning("%s delivered %d times: dead-lettered to error/",
                         header.message_id if header is not None else name, count - 1)
-            claims.finish(box, Move.DEAD_LETTER, pname)
+            finish(box, Move.DEAD_LETTER, pname)
             return None
         assert header is not None  # decide() decodes every name it claims
         return Claim(pname, claimed, header)
+
+    def _claim_name(self, name: str, claimed: str, count: int, counted: bool) -> str | None:
+        """The processing/ name to claim ``target/<name>`` under (claims.claim_name); None when
+        the register holds a count the decision did not see (claims.StaleCount: decide again)."""
+        if not codec.needs_alias(self.client_id, name, claimed):
+            return codec.processing_name(self.client_id, claimed)
+        from . import claims  # no room for the count: the register keeps it
+
+        try:
+            return claims.claim_name(self.box, self.client_id, name, claimed, count, counted)
+        except claims.StaleCount:
+            return None
+
+
+def finish(box: Dropbox, move: Move, pname: str) -> bool:
+    """ACK, DEAD_LETTER or EXPIRE the claim ``processing/<pname>`` (claims.finish: an alias ends
+    under its message's own name); an ordinary claim needs no register."""
+    if codec.alias_inode(pname) is None:
+        return box.move(move, State.DELIVERED, pname)
+    from . import claims
+
+    return claims.finish(box, move, pname)

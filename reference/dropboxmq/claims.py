@@ -38,19 +38,14 @@ from pathlib import Path
 
 from . import codec
 from .lifecycle import Move, State
-from .store import Dropbox, fsync_dir, replace_durably
+from .store import REGISTER, Dropbox, fsync_dir, replace_durably
 
 __all__ = [
-    "REGISTER", "ALIAS_MARK", "Entry", "needs_alias", "alias_name", "alias_inode", "registered",
-    "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish", "sweep_stale",
+    "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish", "sweep_stale",
 ]
 
 log = logging.getLogger("dropboxmq")
 
-#: the claim register's directory, beside the six state directories of a dropbox
-REGISTER = ".claims"
-#: what follows the owner's "~" in an alias: never the first character of an encoded field
-ALIAS_MARK = "#"
 
 
 class Entry:
@@ -66,34 +61,8 @@ def _register(box: Dropbox) -> Path:
     return box.path / REGISTER
 
 
-def needs_alias(client_id: str, name: str, claimed: str) -> bool:
-    """Can ``target/<name>`` not be claimed as ``<enc(client_id)>~<claimed>``, ``claimed`` being
-    the name with this delivery's count stamped (decision.decide)?  ``with_delivery_count``
-    returns the name unchanged exactly when it cannot write the count (no field for it, or
-    no room), and a stamp always changes a name in target/ (its count there is one less)."""
-    if claimed == name:
-        return True
-    return codec.processing_name(client_id, claimed) == claimed  # no room for the owner
-
-
 def alias_name(client_id: str, inode: int) -> str:
-    return f"{codec.encode_field(client_id)}~{ALIAS_MARK}{inode}"
-
-
-def alias_inode(pname: str) -> int | None:
-    """The inode an alias claim names, or None for an ordinary processing/ name."""
-    _, rest = codec.split_processing_name(pname)
-    if rest[:1] != ALIAS_MARK or not rest[1:].isdigit():
-        return None
-    return int(rest[1:])
-
-
-def registered(box: Dropbox) -> frozenset[int]:
-    """The inodes the register has an entry for (empty, and one failed listing, when none)."""
-    try:
-        return frozenset(int(n) for n in os.listdir(_register(box)) if n.isdigit())
-    except (FileNotFoundError, NotADirectoryError):
-        return frozenset()
+    return f"{codec.encode_field(client_id)}~{codec.ALIAS_MARK}{inode}"
 
 
 def _read(box: Dropbox, inode: int) -> Entry | None:
@@ -173,7 +142,7 @@ def sweep_stale(box: Dropbox, cutoff: float) -> int:
 
 def original_name(box: Dropbox, pname: str) -> str | None:
     """The message name an alias claim stands for (None: no alias, or no entry for it)."""
-    inode = alias_inode(pname)
+    inode = codec.alias_inode(pname)
     if inode is None:
         return None
     entry = _read(box, inode)
@@ -190,7 +159,7 @@ def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int
     behind the owner prefix, or (no room) an alias whose entry is written here, first.
     ``counted``: the decision read the register's entry for this name; if it did not and an
     entry turns up, StaleCount."""
-    if not needs_alias(client_id, name, claimed):
+    if not codec.needs_alias(client_id, name, claimed):
         return codec.processing_name(client_id, claimed)
     st = box.stat(State.NEW, name)  # FileNotFoundError: claimed by someone else meanwhile
     if not counted:
@@ -204,7 +173,7 @@ def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int
 def finish(box: Dropbox, move: Move, pname: str) -> bool:
     """ACK, DEAD_LETTER or EXPIRE the claim ``processing/<pname>``: an alias ends under its
     message's own name (and its entry is forgotten), any other name as it is."""
-    inode = alias_inode(pname)
+    inode = codec.alias_inode(pname)
     entry = None if inode is None else _read(box, inode)
     if entry is None:
         return box.move(move, State.DELIVERED, pname)

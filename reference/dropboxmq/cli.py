@@ -734,10 +734,10 @@ def receive(ctx, queue, selector, create, **options) -> None:
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import layout, temporary
+    from . import codec, layout
 
     queue = Queue(name)
-    if create or layout.queue_box(ctx.obj["root"], queue).exists() or temporary.temporary_owner(name) is not None:
+    if create or layout.queue_box(ctx.obj["root"], queue).exists() or codec.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
@@ -1316,7 +1316,7 @@ def recover(ctx, orphan_age, discard_orphans, assume_unknown_dead, release, as_j
     anything could not be fixed.
     Safe to run at any time: live clients, and clients whose claims a still existing
     checkpoint holds (Spark queries), are never touched."""
-    from .clients import release_hold
+    from .liveness import release_hold
     from .recovery import recover as run_recovery
 
     root = require_root(ctx)

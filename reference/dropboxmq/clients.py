@@ -8,7 +8,8 @@ held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 The file also holds the owner's lease record, renewed while the connection is open
 (leases.py): where flock does not cross mounts (sshfs, SMB, an unknown FUSE file system)
 a free lock proves nothing about other hosts, and an owner is dead only once this process
-has seen its record unchanged for longer than the lease's bound.
+has seen its record unchanged for longer than the lease's bound.  What recovery asks of a
+registration (is its owner alive?) is liveness.py.
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ from typing import Callable
 from . import codec, leases
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
-from .store import NotARegularFile, ensure_plain_dir, file_system_type, open_regular
+from .store import NotARegularFile, ensure_plain_dir, open_regular
 
-__all__ = [
-    "clients_dir", "registration_path", "Registration", "liveness", "live_clients", "is_dead",
-    "hold_path", "holds_claims", "hold_for_checkpoint", "release_hold", "flock_trusted", "settle_leases",
-]
+__all__ = ["clients_dir", "registration_path", "Registration", "flock_trusted", "try_flock", "read_from"]
 
 _trusted: dict[str, bool] = {}
 
@@ -40,6 +38,7 @@ def flock_trusted(root: Path) -> bool:
     verdict of ``dropboxmq doctor`` when the root has one ("supported": locks cross mounts;
     "supported with leases": they do not), else the file system's type."""
     from .doctor import SUPPORTED, verdict_for  # (the doctor imports the store, as this module does)
+    from .filesystems import file_system_type  # (asked once per root, when a connection registers)
 
     key = str(root)
     trusted = _trusted.get(key)
@@ -51,7 +50,7 @@ def flock_trusted(root: Path) -> bool:
     return trusted
 
 
-def _try_flock(fd: int, exclusive: bool) -> bool:
+def try_flock(fd: int, exclusive: bool) -> bool:
     """flock without waiting: True if taken (False: some process of this host holds it)."""
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
@@ -60,7 +59,7 @@ def _try_flock(fd: int, exclusive: bool) -> bool:
     return True
 
 
-def _read_from(fd: int) -> bytes:
+def read_from(fd: int) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, 4096)
 
@@ -72,7 +71,7 @@ def _read_record(path: Path) -> bytes | None:
     except (FileNotFoundError, NotARegularFile):
         return None
     try:
-        return _read_from(fd)
+        return read_from(fd)
     finally:
         os.close(fd)
 
@@ -110,7 +109,7 @@ class Registration:
                     f"cannot register client id {client_id!r}: {self.path} is not a regular file") from None
             except OSError as exc:
                 raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
-            if not _try_flock(fd, exclusive=True):
+            if not try_flock(fd, exclusive=True):
                 os.close(fd)
                 raise InvalidClientIDError(
                     f"client id {client_id!r} is in use by a live connection"
@@ -152,7 +151,7 @@ class Registration:
         """Our flock proves nothing about other hosts here: if the file holds a lease record,
         take the id over only once that record has stayed unchanged past its bound (the owner
         died, or was fenced); InvalidClientIDError if it is renewed meanwhile."""
-        first = _read_from(fd)
+        first = read_from(fd)
         if not first.strip():
             return  # a new file, or one a crash left empty: no owner ever wrote a lease in it
         key = (str(self.root), self.client_id)
@@ -211,145 +210,3 @@ def _owns_pending_logs(root: Path, client_id: str) -> bool:
         return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
     except OSError:
         return True  # cannot tell: keep the registration, the safe side
-
-
-def liveness(root: Path, client_id: str) -> str:
-    """'alive', 'dead' (registered, lock free, and -- where flock does not cross mounts -- its
-    lease record unchanged past its bound, as this process saw it) or 'unknown' (never
-    registered here: a foreign or 1.2 client, which recovery leaves alone unless told otherwise)."""
-    return _liveness(root, client_id)[0]
-
-
-def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
-    """liveness(), and whether the lease decided it (False: the lock, or no registration)."""
-    path = registration_path(root, client_id)
-    try:
-        fd = open_regular(path)
-    except (FileNotFoundError, NotARegularFile):
-        return "unknown", False  # a FIFO or symlink is no registration of ours
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            return "unknown", False  # a foreign name's "owner" that no registration can be named after
-        raise
-    try:
-        if not _try_flock(fd, exclusive=False):
-            return "alive", False
-        if flock_trusted(Path(root)):
-            return "dead", False
-        data = _read_from(fd)
-    finally:
-        os.close(fd)
-    return ("dead" if leases.OBSERVER.expired((str(root), client_id), data) else "alive"), True
-
-
-def settle_leases(root: Path, timeout: float | None = None) -> None:
-    """Watch every registration whose lock is free until its lease is decided (renewed: alive;
-    unchanged past its bound: dead), so that a one-shot recovery (``dropboxmq recover``) can
-    tell a dead client from a live one on another host.  Returns at once where flock crosses
-    mounts; else waits up to the longest bound (``timeout`` caps it)."""
-    if flock_trusted(Path(root)):
-        return
-    clock = leases.OBSERVER.clock
-    started = clock()
-    pending = set(_registered(root))
-    while pending:
-        for client_id in list(pending):
-            key = (str(root), client_id)
-            before = leases.OBSERVER.decided_at(key)
-            state, by_lease = _liveness(root, client_id)
-            if state != "alive" or not by_lease or (before is not None and leases.OBSERVER.decided_at(key) != before):
-                pending.discard(client_id)  # dead, gone, locked by this host, or renewed since: decided
-        ats = [leases.OBSERVER.decided_at((str(root), c)) for c in pending]
-        wake = min((a for a in ats if a is not None), default=clock())
-        if not pending or (timeout is not None and clock() - started >= timeout):
-            return
-        sleep(max(0.05, min(wake - clock() + 0.01, 1.0)))
-
-
-def _registered(root: Path) -> list[str]:
-    try:
-        names = os.listdir(clients_dir(root))
-    except FileNotFoundError:
-        return []
-    return [codec.decode_field(n) for n in names if not n.startswith(".")]
-
-
-def live_clients(root: Path) -> list[str]:
-    """Every client id whose registration is held right now."""
-    return [c for c in _registered(root) if liveness(root, c) == "alive"]
-
-
-def is_dead(root: Path, client_id: str, assume_unknown_dead: bool = False) -> bool:
-    state = liveness(root, client_id)
-    checkpoint = _hold(root, client_id)
-    if checkpoint is not None and state != "alive":  # a known client whose claims a checkpoint may own
-        return not _checkpoint_exists(checkpoint)
-    return state == "dead" or (state == "unknown" and assume_unknown_dead)
-
-
-# ---- checkpoint holds: claims owned by a durable commit log, not by a process
-#
-# A consumer whose acknowledgement is decided by an external commit log (a Spark query's
-# checkpoint) may commit a batch after any number of restarts, so its claims must outlive its
-# process: while its checkpoint exists it is never dead to recoverers.  Deleting the checkpoint,
-# or ``dropboxmq recover --release CLIENT`` (which empties the hold), makes it a dead owner.
-
-
-def hold_path(root: Path, client_id: str) -> Path:
-    return Path(root) / "dropboxmq" / "holds" / codec.encode_field(client_id)
-
-
-def _write_hold(path: Path, checkpoint: str) -> None:
-    os.makedirs(path.parent, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(checkpoint)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _hold(root: Path, client_id: str) -> str | None:
-    """The checkpoint holding ``client_id``'s claims ('' once released), or None: no hold."""
-    try:
-        return hold_path(root, client_id).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return None
-
-
-def _checkpoint_exists(checkpoint: str) -> bool:
-    """A checkpoint on a non-local file system (``scheme://...``) cannot be checked here: it
-    holds until released."""
-    if not checkpoint:
-        return False
-    if checkpoint.startswith("file:"):
-        checkpoint = checkpoint[len("file:"):]
-    elif "://" in checkpoint:
-        return True
-    return os.path.exists(checkpoint)
-
-
-def holds_claims(root: Path, client_id: str) -> bool:
-    """Does a checkpoint (that still exists) own ``client_id``'s claims, whatever its process?"""
-    checkpoint = _hold(root, client_id)
-    return checkpoint is not None and _checkpoint_exists(checkpoint)
-
-
-def hold_for_checkpoint(root: Path, client_id: str, checkpoint: str) -> None:
-    """Record (durably) that ``client_id``'s claims belong to ``checkpoint`` (a path or URI)."""
-    if _hold(root, client_id) != checkpoint:
-        _write_hold(hold_path(root, client_id), checkpoint)
-
-
-def release_hold(root: Path, client_id: str) -> bool:
-    """The operator's word that the query is gone for good: its claims become a dead owner's.
-    Returns whether a hold existed."""
-    if _hold(root, client_id) is None:
-        return False
-    _write_hold(hold_path(root, client_id), "")
-    return True

@@ -168,6 +168,11 @@ __all__ = [
     "without_delivery_count",
     "processing_name",
     "split_processing_name",
+    "ALIAS_MARK",
+    "TEMP_PREFIX",
+    "temporary_owner",
+    "needs_alias",
+    "alias_inode",
     "sort_key",
     "sort_rank",
     "rank_priority",
@@ -647,6 +652,40 @@ def split_processing_name(pname: str) -> tuple[str | None, str]:
     if not sep or not rest or _PREFIX_RE.fullmatch(head) is None:
         return None, pname
     return decode_field(head), rest
+
+
+#: what follows the owner's "~" in an alias claim (claims.py, a name with no room for its count):
+#: never the first character of an encoded field
+ALIAS_MARK = "#"
+
+
+def needs_alias(client_id: str, name: str, claimed: str) -> bool:
+    """Can ``target/<name>`` not be claimed as ``<enc(client_id)>~<claimed>``, ``claimed`` being
+    the name with this delivery's count stamped (decision.decide)?  ``with_delivery_count``
+    returns the name unchanged exactly when it cannot write the count (no field for it, or
+    no room), and a stamp always changes a name in target/ (its count there is one less)."""
+    if claimed == name:
+        return True
+    return processing_name(client_id, claimed) == claimed  # no room for the owner
+
+
+def alias_inode(pname: str) -> int | None:
+    """The inode an alias claim names, or None for an ordinary processing/ name."""
+    _, rest = split_processing_name(pname)
+    if rest[:1] != ALIAS_MARK or not rest[1:].isdigit():
+        return None
+    return int(rest[1:])
+
+
+#: a temporary destination's name (temporary.py): the prefix, its connection's client id, a random part
+TEMP_PREFIX = "dropboxmq-temp~"
+
+
+def temporary_owner(name: str) -> str | None:
+    """The client id whose connection made the temporary destination ``name`` (None: not one)."""
+    if not name.startswith(TEMP_PREFIX):
+        return None
+    return decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])
 
 
 def sort_key(name: str) -> tuple[int, int, int, str]:

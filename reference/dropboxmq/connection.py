@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import ids, layout
+from . import codec, ids, layout
 from .ackmode import AckMode
 from .clients import Registration
 from .errors import IllegalStateError, QueueNotFoundError, RootNotFoundError, StoreError
@@ -27,7 +27,6 @@ from .message import (
 )
 from .session import Session
 from .store import Dropbox
-from .temporary import delete_temporary, temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
     pass
@@ -198,8 +197,11 @@ class Connection:
         deadline = None if grace is None else time.monotonic() + grace
         for s in list(self._sessions):
             s.close(grace=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        for dest in self._temporary:
-            delete_temporary(self.root, dest)
+        if self._temporary:
+            from .temporary import delete_temporary  # (only a connection that made one)
+
+            for dest in self._temporary:
+                delete_temporary(self.root, dest)
         self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
         self._registration.release()
         self._closed = True
@@ -209,6 +211,8 @@ class Connection:
         if any(c.destination == dest and not c._closed for s in self._sessions for c in s._consumers):
             raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
         if dest in self._temporary:
+            from .temporary import delete_temporary
+
             self._temporary.remove(dest)
             delete_temporary(self.root, dest)
 
@@ -276,11 +280,13 @@ class Connection:
             from .topics import fan_out_targets
 
             return fan_out_targets(self.root, dest, header, self.client_id)
+        from .temporary import temporary_gone
+
         raise temporary_gone(dest)
 
     def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
-        if temporary_owner(dest.name) is not None:
+        if codec.temporary_owner(dest.name) is not None:
             return self._temporary_boxes(dest, header)
         if isinstance(dest, Queue):
             return [self.queue_box(dest)]

@@ -9,8 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol
 
-from . import claims
-from .claim import Claim, Claimer
+from .claim import Claim, Claimer, finish
 from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError, StoreError
@@ -217,7 +216,7 @@ class MessageConsumer:
         except (NotARegularFile, OSError) as exc:
             log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
             try:
-                claims.finish(box, Move.DEAD_LETTER, pname)
+                finish(box, Move.DEAD_LETTER, pname)
             except StoreError:
                 # Not left in processing/: after a clean close() nobody would reclaim it
                 # (stress faults case: EIO on the read, then on the rename into error/).

@@ -380,7 +380,7 @@ def _fsync_probe(d: Path) -> tuple[str, str]:
 
 def mount_type(path: Path) -> str:
     """The mount type of ``path`` (MooseFS, plain ``fuse`` to the kernel, is ``fuse.mfs``)."""
-    from .store import file_system_type
+    from .filesystems import file_system_type
 
     return file_system_type(path)
 
@@ -468,9 +468,9 @@ def verdict_for(root: Path) -> Verdict | None:
 def admit(root: Path, allow_network: bool) -> None:
     """Open ``root`` only on a file system fit for it: refuse a root ``dropboxmq doctor`` judged
     unsafe (even when forced: its races are not exclusive), accept one it qualified, and without a
-    verdict leave it to ``store.check_file_system`` (an unqualified network file system needs
+    verdict leave it to ``filesystems.check_file_system`` (an unqualified network file system needs
     the flag)."""
-    from .store import check_file_system
+    from .filesystems import check_file_system
 
     verdict = verdict_for(root)
     if verdict is None:

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
-from . import ids
+from . import codec, ids
 from .codec import to_wire
 from .errors import InvalidDestinationError, StoreError
 from .lifecycle import Move, State
@@ -26,7 +26,6 @@ from .message import (
     Topic,
 )
 from .store import Dropbox, sync_many
-from .temporary import temporary_gone, temporary_owner
 
 if TYPE_CHECKING:
     from .session import Session
@@ -174,7 +173,9 @@ def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable
         if getattr(exc, "errno", None) == errno.ENOENT:
             if topic_copy:
                 return False
-            if temporary_owner(box.path.parent.name) is not None:  # deleted while we send
+            if codec.temporary_owner(box.path.parent.name) is not None:  # deleted while we send
+                from .temporary import temporary_gone
+
                 raise temporary_gone(msg.destination) from exc
         raise
     return True

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Callable
 
 from . import claims, codec, layout, retention
-from .clients import is_dead, settle_leases
+from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
 from .store import Dropbox, NotARegularFile, ensure_plain_dir
 from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished
 from .log_lifecycle import LogState
-from .transaction import CorruptLogError, log_owner, logged_sends, pending_logs, recover_log
+from .transaction import CorruptLogError, drop_interrupted_link, log_owner, logged_sends, pending_logs, recover_log
 
 log = logging.getLogger("dropboxmq")
 
@@ -236,7 +236,7 @@ def reclaim_own_leftovers(root: Path, client_id: str) -> int:
     that has just taken the id's lock, so every claim of that id is a dead predecessor's (a
     consumer killed -9 and restarted with the same id) -- nobody else may take them back while
     the id is live again.  Claims a checkpoint holds (a Spark query's) are left to it."""
-    from .clients import holds_claims
+    from .liveness import holds_claims
 
     if holds_claims(root, client_id):
         return 0
@@ -254,14 +254,14 @@ def _give_back(box: Dropbox, pname: str, original: str) -> int:
     back under its message's name, its count kept by the claim register (claims.py); one
     whose register entry is lost has no headers left to deliver: DEAD_LETTER, for an operator."""
     try:
-        if claims.alias_inode(pname) is not None:
+        if codec.alias_inode(pname) is not None:
             name = claims.original_name(box, pname)
             if name is None:
                 log.warning("claim %s of %s has no register entry: dead-lettered", pname, box.path)
                 claims.finish(box, Move.DEAD_LETTER, pname)
                 return 0
             return int(box.move(Move.REDELIVER, State.DELIVERED, pname, name))
-        if box.drop_interrupted_link(State.DELIVERED, pname, _rename_results(pname, original)):
+        if drop_interrupted_link(box, State.DELIVERED, pname, _rename_results(pname, original)):
             return 0  # a claim/ack/redeliver cut short in the link()+unlink() fallback
         return int(box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)))
     except StoreError as exc:

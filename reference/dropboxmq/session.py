@@ -22,8 +22,9 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from . import claims, layout
+from . import codec, layout
 from .ackmode import POLICY, AckMode, Close, Done, Failure, Take
+from .claim import finish
 from .consumer import Delivery, MessageConsumer, compile_selector
 from .errors import IllegalStateError, InvalidDestinationError, LeaseExpiredError, MessageTakenError, StoreError
 from .lifecycle import Move, State
@@ -41,11 +42,11 @@ from .message import (
 )
 from .producer import MessageProducer
 from .store import Dropbox, sync_many
-from .temporary import TemporaryQueue, TemporaryTopic, temporary_name, temporary_owner
 
 if TYPE_CHECKING:
     from .browser import QueueBrowser
     from .connection import Connection
+    from .temporary import TemporaryQueue, TemporaryTopic
     from .transaction import TransactionLog
 
 __all__ = ["Session"]
@@ -94,7 +95,7 @@ class Session:
             from . import topics  # (subscriptions: imported when first used)
 
             return self._subscribe(destination, topics.NON_DURABLE, None, selector, no_local)
-        owner = temporary_owner(destination.name)
+        owner = codec.temporary_owner(destination.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
         selector_obj = compile_selector(selector)
@@ -136,7 +137,7 @@ class Session:
         self._check_open()
         if not isinstance(topic, Topic):
             raise InvalidDestinationError(f"{topic} is not a topic")
-        owner = temporary_owner(topic.name)
+        owner = codec.temporary_owner(topic.name)
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
         selector_obj = compile_selector(selector)  # invalid selector: error before anything is created
@@ -152,12 +153,16 @@ class Session:
     def create_temporary_queue(self) -> "TemporaryQueue":
         """A queue removed by ``delete()`` or when this connection closes; only this
         connection may consume."""
+        from .temporary import TemporaryQueue, temporary_name  # (rarely used: not imported with the session)
+
         q = TemporaryQueue(temporary_name(self.connection.client_id), self.connection)
         layout.queue_box(self.connection.root, q).ensure()
         self.connection._temporary.append(q)
         return q
 
     def create_temporary_topic(self) -> "TemporaryTopic":
+        from .temporary import TemporaryTopic, temporary_name
+
         t = TemporaryTopic(temporary_name(self.connection.client_id), self.connection)
         os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
         self.connection._temporary.append(t)
@@ -165,7 +170,7 @@ class Session:
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
-        if temporary_owner(queue.name) is None:
+        if codec.temporary_owner(queue.name) is None:
             self.connection.queue_box(queue)  # a typo is an error, not an empty browse
         from .browser import QueueBrowser  # (rarely used: not imported with the session)
 
@@ -241,7 +246,7 @@ class Session:
         MessageTakenError (after the others are acked) for a claim that recovery took away."""
         touched, taken = [], []
         for d in deliveries:
-            moved = claims.finish(d.box, Move.ACK, d.processing_name)
+            moved = finish(d.box, Move.ACK, d.processing_name)
             if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
                 continue  # its subscription was removed (by another connection): nothing to ack
             if not moved and not d.acked and not _acked_under_own_name(d):
@@ -490,7 +495,7 @@ def _acked_under_own_name(d: Delivery) -> bool:
     under the name the ACK gives it: this claim's own name, or for an alias claim its message's
     name with the alias's inode."""
     box, pname = d.box, d.processing_name
-    inode = claims.alias_inode(pname)
+    inode = codec.alias_inode(pname)
     try:
         if inode is None:
             box.stat(State.ACKNOWLEDGED, pname)

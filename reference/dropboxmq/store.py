@@ -29,17 +29,19 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, TypeVar
 
 from .codec import MAX_NAME_BYTES
-from .errors import StoreError, UnsupportedFileSystemError, store_error
+from .errors import StoreError, store_error
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
-    "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "NETWORK_FILE_SYSTEMS",
-    "file_system_type", "check_file_system", "Entry", "fsync_dir", "Dropbox", "NotARegularFile",
-    "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes", "ensure_dir", "is_plain_path",
-    "ensure_plain_dir", "is_real_dir", "sync_many",
+    "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "Entry", "fsync_dir", "Dropbox",
+    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes",
+    "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
 ]
 
 _T = TypeVar("_T")
+
+#: the claim register's directory (claims.py), beside the six state directories of a dropbox
+REGISTER = ".claims"
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -161,48 +163,6 @@ def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
     _rename_checked(src, dst, src_dir_fd, dst_dir_fd)
-
-
-# ---------------------------------------------------------------- file-system checks
-
-NETWORK_FILE_SYSTEMS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",
-     "fuse.glusterfs", "lustre", "gpfs", "davfs", "fuse.s3fs", "fuse.rclone", "virtiofs", "fuse.mfs",
-     "fuse.smbnetfs"}
-)
-
-
-def file_system_type(path: Path) -> str:
-    """The type of the mounted file system holding ``path`` (from /proc/self/mountinfo)."""
-    target = os.path.realpath(path)
-    best, best_type = "", "unknown"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                mount_point = left.split()[4].replace("\\040", " ")
-                fields = right.split()
-                fs_type = fields[0] if fields else "unknown"
-                if fs_type == "fuse" and len(fields) > 1 and fields[1].startswith(("mfs#", "mfs\\043")):
-                    fs_type = "fuse.mfs"  # mfsmount says plain "fuse": MooseFS is known by its source
-                inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-                if inside and len(mount_point) >= len(best):
-                    best, best_type = mount_point, fs_type
-    except OSError:
-        pass
-    return best_type
-
-
-def check_file_system(path: Path, allow_network: bool) -> None:
-    """Refuse a network file system unless allowed (``doctor.admit`` first asks for the verdict
-    ``dropboxmq doctor`` recorded: it overrides this check both ways)."""
-    fs_type = file_system_type(path)
-    if fs_type in NETWORK_FILE_SYSTEMS and not allow_network:
-        raise UnsupportedFileSystemError(
-            f"{path} is on a network file system ({fs_type}): rename and listing guarantees are "
-            "weaker there (stale listings, retried renames); qualify it with `dropboxmq doctor`, "
-            "or pass allow_network_fs=True (--allow-network-fs) to use it anyway"
-        )
 
 
 # ---------------------------------------------------------------- one dropbox
@@ -371,6 +331,14 @@ class Dropbox:
         return len(self.list(state))
 
     # --- CREATE: ABSENT -> NOT_COMMITTED
+    def register_inodes(self) -> frozenset[int]:
+        """The inodes the claim register (claims.py) has an entry for, empty when it has none:
+        listed before every walk of target/, so the register is read only when it is not empty."""
+        try:
+            return frozenset(int(n) for n in os.listdir(self.path / REGISTER) if n.isdigit())
+        except (FileNotFoundError, NotADirectoryError):
+            return frozenset()
+
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
         fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
@@ -527,39 +495,6 @@ class Dropbox:
 
     def stat(self, state: State, name: str) -> os.stat_result:
         return os.lstat(self.file(state, name))
-
-    def park(self, state: State, name: str, parked: str) -> None:
-        """Rename a file to another name in the SAME state directory (no state change).
-        Two-phase commit parks a prepared branch's files under dot-names, which no listing
-        shows, so no sweep can touch them until the coordinator decides.  FileNotFoundError
-        if ``name`` is gone; never replaces ``parked``."""
-        rename_noreplace(self.file(state, name), self.file(state, parked))
-
-    def drop_interrupted_link(self, state: State, name: str,
-                              renamed: Callable[[State, str], bool] = lambda other, other_name: True) -> bool:
-        """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
-        fallback: if ``state/<name>`` shares its inode with a name in another state
-        directory of this dropbox that a rename of it could have produced (``renamed``),
-        that other name is the message; this one is removed.  (Hard links a foreign
-        program made to one file are other messages, not an interrupted rename.)
-        Not a lifecycle move: the message keeps exactly one state throughout."""
-        try:
-            st = os.lstat(self.file(state, name))
-        except FileNotFoundError:
-            return False
-        if st.st_nlink < 2:
-            return False
-        for other in State:
-            if other is state or other.value is None:
-                continue
-            try:
-                with os.scandir(self._dirs[other]) as it:
-                    if any(e.inode() == st.st_ino and renamed(other, e.name) for e in it):
-                        _unlink_quietly(self.file(state, name))
-                        return True
-            except FileNotFoundError:
-                continue
-        return False
 
 
 _COPY_CHUNK = 1 << 20

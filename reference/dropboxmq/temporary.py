@@ -1,5 +1,6 @@
 """JMS temporary destinations: a queue or topic that lives as long as the connection that made
-it (its directory is removed when that connection closes)."""
+it (its directory is removed when that connection closes).  Imported when a session first makes
+one; whose a destination name is (``codec.temporary_owner``) is asked on every send."""
 
 from __future__ import annotations
 
@@ -20,10 +21,7 @@ from .message import (
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = [
-    "TemporaryQueue", "TemporaryTopic", "temporary_gone", "delete_temporary", "TEMP_PREFIX", "temporary_name",
-    "temporary_owner",
-]
+__all__ = ["TemporaryQueue", "TemporaryTopic", "temporary_gone", "delete_temporary", "temporary_name"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -66,15 +64,6 @@ def delete_temporary(root: Path, dest: Destination) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-#: a temporary destination's name: the prefix, its connection's client id, a random part
-TEMP_PREFIX = "dropboxmq-temp~"
-
-
 def temporary_name(client_id: str) -> str:
-    return f"{TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"
-
-
-def temporary_owner(name: str) -> str | None:
-    if not name.startswith(TEMP_PREFIX):
-        return None
-    return codec.decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])
+    """A new temporary destination's name (``codec.temporary_owner`` reads the owner back)."""
+    return f"{codec.TEMP_PREFIX}{codec.encode_field(client_id)}~{uuid.uuid4().hex[:12]}"

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from . import claims, codec
 from .errors import StoreError, TransactionInDoubtError, TransactionRolledBackError
@@ -40,7 +41,7 @@ from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_pl
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
-    "read_log", "pending_logs", "logged_sends", "recover_log",
+    "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
 ]
 
 log = logging.getLogger(__name__)
@@ -369,7 +370,7 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
             box.move(Move.DISCARD, State.NOT_COMMITTED, e.at)
             touched.append((box, State.NOT_COMMITTED))
         elif commit:
-            if claims.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
+            if codec.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
                 claims.finish(box, Move.ACK, e.at)
             else:
                 box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)
@@ -378,6 +379,34 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
             box.move(Move.REDELIVER, State.DELIVERED, e.at, claims.original_name(box, e.at) or e.after_rollback)
             touched.append((box, State.NEW))
     return touched
+
+
+def drop_interrupted_link(box: Dropbox, state: State, name: str,
+                          renamed: Callable[[State, str], bool] = lambda other, other_name: True) -> bool:
+    """Undo half of a rename_noreplace that a crash cut short in its link()+unlink()
+    fallback: if ``state/<name>`` shares its inode with a name in another state
+    directory of this dropbox that a rename of it could have produced (``renamed``),
+    that other name is the message; this one is removed.  (Hard links a foreign
+    program made to one file are other messages, not an interrupted rename.)
+    Not a lifecycle move: the message keeps exactly one state throughout."""
+    try:
+        st = os.lstat(box.file(state, name))
+    except FileNotFoundError:
+        return False
+    if st.st_nlink < 2:
+        return False
+    for other in State:
+        if other is state or other.value is None:
+            continue
+        try:
+            with os.scandir(box.dir(other)) as it:
+                if any(e.inode() == st.st_ino and renamed(other, e.name) for e in it):
+                    with contextlib.suppress(OSError):
+                        os.unlink(box.file(state, name))
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _finish_interrupted(box: Dropbox, e: Applicable, commit: bool) -> bool:
@@ -390,7 +419,7 @@ def _finish_interrupted(box: Dropbox, e: Applicable, commit: bool) -> bool:
     else:
         source = State.DELIVERED
         dest, name = (State.ACKNOWLEDGED, e.after_commit) if commit else (State.NEW, e.after_rollback)
-    return box.drop_interrupted_link(source, e.at, lambda state, other: state is dest and other == name)
+    return drop_interrupted_link(box, source, e.at, lambda state, other: state is dest and other == name)
 
 
 def roll_forward(root: Path, entries: list[LogEntry], durable: bool, after_crash: bool = False) -> None:

@@ -63,7 +63,7 @@ checkpoint's ``commits/`` records, so the last batch of a run is acknowledged be
 ``trigger(availableNow=True)``: ``prepareForTriggerAvailableNow`` snapshots the names in target/,
 and later claims take only those, so the run drains that backlog and ends.
 
-Ownership: the claims belong to the checkpoint (``clients.hold_for_checkpoint``), not to the
+Ownership: the claims belong to the checkpoint (``liveness.hold_for_checkpoint``), not to the
 process: while the checkpoint exists, recoverers treat the query as alive, because a restarted
 query may still commit a logged batch.  At start, the query (holding its registration, so no other
 run of it is alive) acknowledges what ``commits/`` records and returns, redelivered, its claims that
@@ -113,7 +113,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import StructType
 
 from dropboxmq import claims, codec, ids, javanum, layout, topics
-from dropboxmq.clients import Registration, hold_for_checkpoint
+from dropboxmq.clients import Registration
+from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
@@ -803,7 +804,7 @@ def _streams_dir(root: Path, client_id: str) -> Path:
 class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A competing consumer that claims in latestOffset and acknowledges once the query's
     checkpoint records the batch committed.  Its claims belong to the checkpoint (a hold, see
-    ``clients.hold_for_checkpoint``), not to the process that made them."""
+    ``liveness.hold_for_checkpoint``), not to the process that made them."""
 
     def __init__(self, options: Any):
         self.root = _root(options)

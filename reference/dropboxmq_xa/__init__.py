@@ -78,13 +78,14 @@ from typing import Any, Iterator
 
 from dropboxmq import claims, codec
 from dropboxmq.codec import MAX_NAME_BYTES
-from dropboxmq.clients import is_dead, registration_path
+from dropboxmq.clients import registration_path
+from dropboxmq.liveness import is_dead
 from dropboxmq.errors import DropboxMQError, IllegalStateError
 from dropboxmq.lifecycle import State
 from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
 from dropboxmq.ackmode import AckMode
 from dropboxmq.session import Session
-from dropboxmq.store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file
+from dropboxmq.store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file, rename_noreplace
 from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
 
 __all__ = [
@@ -322,7 +323,7 @@ def prepare_branch(root: Path, xid: Xid, owner: str, ops: list[tuple[str, str, s
         dropbox = Dropbox(root / e.box)
         src, dst = dropbox.file(e.state, e.name), dropbox.file(e.state, e.parked)
         try:
-            dropbox.park(e.state, e.name, e.parked)
+            rename_noreplace(src, dst)  # (never replaces: FileNotFoundError if the file is gone)
         except FileNotFoundError:
             if not os.path.lexists(dst):
                 _undo_staging(root, log)
@@ -344,7 +345,7 @@ def _undo_staging(root: Path, log: BranchLog) -> None:
     for e in log.entries:
         box = Dropbox(root / e.box)
         try:
-            box.park(e.state, e.parked, e.name)
+            rename_noreplace(box.file(e.state, e.parked), box.file(e.state, e.name))
         except (FileNotFoundError, FileExistsError):
             pass
     LogStore(root).move(LogState.UNASSOCIATED, LogMove.UNSTAGE, log.xid.log_name, missing_ok=True)

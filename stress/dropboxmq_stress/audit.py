@@ -298,7 +298,7 @@ def figures(path: str | Path, engine: str = "python", **kw: Any) -> dict:
 def consistency(root: str | Path) -> dict:
     """Every message in exactly one state, names decodable, no orphans."""
     from dropboxmq import codec, layout
-    from dropboxmq.clients import liveness
+    from dropboxmq.liveness import liveness
     from dropboxmq.lifecycle import STATE_DIRS, State
     from dropboxmq.transaction import log_owner, pending_logs, read_log
 

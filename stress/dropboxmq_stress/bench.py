@@ -1275,7 +1275,7 @@ def run(messages: int, budget: float, size: int, rounds: int, directory: Path | 
         keep: bool = False, backlogs: list[int] | None = None, sample: int = 2000, backlog_budget: float = 480.0,
         mc_messages: int = 10000, consumer_counts: tuple[int, ...] = CONSUMER_COUNTS, use_c: bool = True,
         memory_bytes: int = 100 << 20) -> dict:
-    from dropboxmq.store import file_system_type
+    from dropboxmq.filesystems import file_system_type
 
     base = Path(tempfile.mkdtemp(prefix="dropboxmq-bench-", dir=directory))
     started = time.perf_counter()
