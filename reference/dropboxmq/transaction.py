@@ -27,6 +27,7 @@ import logging
 import contextlib
 import os
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -56,18 +57,30 @@ class LogEntry:
     name: str  # working/ name (send) or processing/ name (receive)
 
     def to_json(self) -> str:
-        # ASCII escapes: a name with an undecodable byte (a surrogate) survives the round trip
-        return json.dumps({"kind": self.kind, "box": self.box, "name": self.name})
+        # json.dumps of {"kind", "box", "name"}, byte for byte, without a dict and the encoder's
+        # machinery per entry (a Spark job logs and gathers one entry a message).  ASCII escapes:
+        # a name with an undecodable byte (a surrogate) survives the round trip.
+        return f'{{"kind": {_json_str(self.kind)}, "box": {_json_str(self.box)}, "name": {_json_str(self.name)}}}'
 
     @classmethod
     def from_json(cls, line: str) -> "LogEntry":
         """KeyError/ValueError for a torn line; CorruptLogError for a whole line that is no
         entry of ours, or that names a path outside the root."""
-        d = json.loads(line)
+        return cls.from_dict(json.loads(line), line)
+
+    @classmethod
+    def from_dict(cls, d: object, line: str, inside: set[str] | None = None) -> "LogEntry":
+        """from_json of a line already parsed into ``d``; ``inside``: box paths already found
+        inside the root (a log names a few dropboxes many times)."""
         if not isinstance(d, dict):
             raise CorruptLogError(f"log line {line[:80]!r} is not an object")
         entry = cls(d["kind"], d["box"], d["name"])
-        if entry.kind not in ("send", "receive") or not is_inside(entry.box) or not is_file_name(entry.name):
+        box_ok = inside is not None and entry.box in inside
+        if not box_ok and is_inside(entry.box):
+            box_ok = True
+            if inside is not None:
+                inside.add(entry.box)
+        if entry.kind not in ("send", "receive") or not box_ok or not is_file_name(entry.name):
             raise CorruptLogError(f"log entry {line[:120]!r} is not a send or receive inside the root")
         return entry
 
@@ -437,15 +450,30 @@ def read_log(path: Path) -> list[LogEntry]:
     CorruptLogError for a log this library did not write."""
     entries = []
     text = read_regular_file(path).decode("utf-8", "surrogateescape")
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
+    lines = [line for line in (raw.strip() for raw in text.splitlines()) if line]
+    try:  # every line whole (the usual case): one parse for the log, not one a line
+        parsed: list[object] = json.loads(f"[{','.join(lines)}]")
+        if len(parsed) != len(lines):  # a line of two values ("{}, {}") is no line of ours
+            raise ValueError
+    except ValueError:
+        parsed = []
+    inside: set[str] = set()
+    if parsed:
+        for d, line in zip(parsed, lines, strict=True):
             try:
-                entries.append(LogEntry.from_json(line))
+                entries.append(LogEntry.from_dict(d, line, inside))
             except CorruptLogError:
                 raise
-            except (ValueError, KeyError, TypeError):
-                break  # a torn last line: the op it describes never happened
+            except (KeyError, TypeError):
+                break  # an object missing a field: a torn line's prefix cannot be whole JSON, but keep the rule
+        return entries
+    for line in lines:
+        try:
+            entries.append(LogEntry.from_dict(json.loads(line), line, inside))
+        except CorruptLogError:
+            raise
+        except (ValueError, KeyError, TypeError):
+            break  # a torn last line: the op it describes never happened
     return entries
 
 

@@ -93,7 +93,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -265,38 +265,60 @@ def _values(state: State, name: str, msg: Message, body: bytes) -> list:
         except UnicodeDecodeError:
             text = None
     reply = msg.reply_to
-    props = {k: _prop_text(p) for k, p in msg.properties.items() if k != DELIVERY_COUNT_PROP}
+    props = _props(msg)
     return [
         state.value, name, msg.message_id, msg.priority, msg.timestamp, CLASS_LETTERS.get(letter, letter),
         msg.expiration, msg.delivery_time, msg.correlation_id,
         str(reply) if reply is not None else None, msg.jms_type, msg.delivery_mode.name,
-        msg.delivery_count, msg.redelivered, props, body, text, _typed(msg),
+        msg.delivery_count, msg.redelivered, props, body, text, props.variant,
     ]
+
+
+class _Props(NamedTuple):
+    """A message's properties as the two columns hold them (shared by every row of one property set)."""
+
+    text: dict[str, str]  # ``properties``: each value as text
+    items: list[tuple[str, str]]  # the same as Arrow builds a map
+    variant: Any  # ``typed_properties``: a VariantVal
+    struct: dict[str, bytes]  # the same as Arrow builds a VARIANT
+
+
+def _props(msg: Message) -> _Props:
+    """The property columns of ``msg``, computed once per distinct property set (a queue's
+    messages mostly repeat a few): a float's repr is part of the key (-0.0 == 0.0)."""
+    key = tuple((k, p.letter, p.value, repr(p.value) if isinstance(p.value, float) else None)
+                for k, p in msg.properties.items() if k != DELIVERY_COUNT_PROP)
+    try:
+        return _props_of(key)
+    except TypeError:  # an unhashable value: computed for this row alone
+        return _props_of.__wrapped__(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _props_of(key: tuple) -> _Props:
+    text = {k: _prop_text(Property(letter, value)) for k, letter, value, _ in key}
+    variant = _typed({k: value for k, _, value, _ in key})
+    return _Props(text, list(text.items()), variant, {"value": variant.value, "metadata": variant.metadata})
 
 
 def _row(state: State, name: str, msg: Message, body: bytes) -> tuple:
     values = _values(state, name, msg, body)
     for i in _TIME_COLUMNS:
         values[i] = _ts(values[i])
+    values[14] = dict(values[14].text)  # a row's own map
     return tuple(values)
 
 
-def _typed(msg: Message) -> Any:
+def _typed(values: dict[str, Any]) -> Any:
     """The properties with their JMS types kept, as a VARIANT: numbers stay numbers and booleans
     booleans (``variant_get(typed_properties, '$.price', 'double')``).  Values JSON cannot hold
-    (NaN, infinities) are absent here and present, as text, in ``properties``."""
-    values = {k: p.value for k, p in msg.properties.items()
-              if k != DELIVERY_COUNT_PROP and not (isinstance(p.value, float) and not math.isfinite(p.value))}
-    return _variant_of_json(json.dumps(values, allow_nan=False))
-
-
-@functools.lru_cache(maxsize=4096)
-def _variant_of_json(text: str) -> Any:
-    """VariantVal.parseJson (pure Python, ~0.1-0.4 ms) once per distinct property set: a
-    queue's messages mostly repeat a few (a VariantVal is immutable, so rows share one)."""
+    (NaN, infinities) are absent here and present, as text, in ``properties``.  (VariantVal.parseJson
+    is pure Python, ~0.1-0.4 ms: _props_of calls it once per property set; a VariantVal is
+    immutable, so rows share one.)"""
     from pyspark.sql.types import VariantVal
 
-    return VariantVal.parseJson(text)
+    finite = {k: v for k, v in values.items() if not (isinstance(v, float) and not math.isfinite(v))}
+    return VariantVal.parseJson(json.dumps(finite, allow_nan=False))
 
 
 class _Names(InputPartition):
@@ -365,10 +387,16 @@ def _read_batches(part: _Names, arrow_schema: Any, dead_letter_unreadable: bool)
         for i in _TIME_COLUMNS:
             columns[i] = [_micros(ms) for ms in columns[i]]
         props, typed = 14, 17
-        columns[props] = [list(p.items()) for p in columns[props]]
-        columns[typed] = [{"value": v.value, "metadata": v.metadata} for v in columns[typed]]
+        columns[typed] = [p.struct for p in columns[props]]
+        columns[props] = [p.items for p in columns[props]]
         arrays = [pa.array(values, type=field.type) for values, field in zip(columns, arrow_schema, strict=True)]
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _arrow_schema(schema: StructType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 # ---------------------------------------------------------------- batch read
@@ -419,9 +447,7 @@ class DropboxMQBatchReader(DataSourceReader):
     def read(self, partition: _Names) -> Iterator[Any]:  # type: ignore[override]
         if self.schema is None:
             return _read_rows(partition, dead_letter_unreadable=False)
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        return _read_batches(partition, to_arrow_schema(self.schema, timezone="UTC"), dead_letter_unreadable=False)
+        return _read_batches(partition, _arrow_schema(self.schema), dead_letter_unreadable=False)
 
 
 # ---------------------------------------------------------------- writing (shared by batch and stream)
@@ -482,8 +508,8 @@ def _is_variant(arrow_type: Any) -> bool:
         (f.metadata or {}).get(b"variant") == b"true" for f in arrow_type)
 
 
-def _message_from_row(row: Any, ttl_default: float) -> tuple[Message, float]:
-    d = row.asDict(recursive=False) if hasattr(row, "asDict") else dict(row)
+def _message_from_row(d: dict[str, Any], ttl_default: float) -> tuple[Message, float]:
+    """The message a written row (a fresh dict of _rows_of: consumed here) describes."""
     body = d.pop("body", None)
     text = d.pop("text", None)
     value = d.pop("value", None)  # Spark's text/kafka convention
@@ -547,8 +573,7 @@ def _property_of(value: Any) -> Property:
 
 def _stamp(msg: Message, ttl: float) -> str:
     """Headers stamped at send, exactly as MessageProducer._prepare does."""
-    msg.message_id = ids.new_message_id()
-    msg.timestamp = int(msg.message_id[3:].split("-")[0]) // 1000
+    msg.message_id, msg.timestamp = ids.new_message_id_and_time()
     msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
     msg.delivery_time = msg.timestamp
     msg.redelivered, msg.delivery_count = False, 1
@@ -806,10 +831,12 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     checkpoint records the batch committed.  Its claims belong to the checkpoint (a hold, see
     ``liveness.hold_for_checkpoint``), not to the process that made them."""
 
-    def __init__(self, options: Any):
+    def __init__(self, options: Any, schema: StructType | None = None):
         self.root = _root(options)
         self.dest = _destination(options)
         self.checkpoint = _source_checkpoint(options)
+        # SCHEMA (Spark's default): tasks yield Arrow record batches built column-wise
+        self.schema = schema if schema is not None and schema.fieldNames() == COLUMNS else None
         self.box = _read_box(self.root, self.dest)
         if not self.dest.startswith("topic:"):
             self.box.ensure()
@@ -934,8 +961,10 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [_Names(str(self.box.path), c, redelivered=replay) for c in parts]
 
     # Spark hands read() back the partitions partitions() made: narrower than the base class can say
-    def read(self, partition: _Names) -> Iterator[tuple]:  # type: ignore[override]
-        return _read_rows(partition, dead_letter_unreadable=True)
+    def read(self, partition: _Names) -> Iterator[Any]:  # type: ignore[override]
+        if self.schema is None:
+            return _read_rows(partition, dead_letter_unreadable=True)
+        return _read_batches(partition, _arrow_schema(self.schema), dead_letter_unreadable=True)
 
     def commit(self, end: dict) -> None:
         """ACK every message of every batch up to ``end``, then forget those manifests."""
@@ -1051,7 +1080,7 @@ class DropboxMQDataSource(DataSource):
         return DropboxMQBatchWriter(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return DropboxMQStreamReader(self.options)
+        return DropboxMQStreamReader(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return DropboxMQStreamWriter(self.options)

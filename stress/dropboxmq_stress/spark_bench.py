@@ -65,12 +65,12 @@ def _text(i: int) -> str:
 
 def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
     """Seconds for the library to send n messages (send_many of SEND_BATCH) into ``queue``."""
-    from dropboxmq.message import DeliveryMode, Message, Queue, TextMessage
+    from dropboxmq.message import DeliveryMode, Message, TextMessage
     from dropboxmq.connection import Connection
 
     mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
     with Connection(root, "bench-send") as conn:
-        producer = conn.create_session().create_producer(Queue(queue))
+        producer = conn.create_session().create_producer(conn.create_queue(queue))
         t = time.perf_counter()
         for start in range(0, n, SEND_BATCH):
             batch: list[Message] = []
