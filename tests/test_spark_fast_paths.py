@@ -206,7 +206,7 @@ def test_the_stream_source_claims_in_the_consumers_order_with_its_verdicts(tmp_p
 def test_the_stream_source_yields_arrow_batches_with_the_values_of_the_row_path(tmp_path):
     """Given SCHEMA (as Spark gives it), a streaming task builds Arrow record batches column-wise
     instead of handing Spark one tuple a row; replayed batches are marked redelivered alike."""
-    from dropboxmq.spark import DropboxMQStreamReader
+    from dropboxmq_spark import DropboxMQStreamReader
 
     root = tmp_path / "root"
     _send_varied(root, "q")
