@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 APT_PACKAGES ?= fiu-utils libfiu-dev python3-fiu xfsprogs postgresql openjdk-17-jdk-headless libgeronimo-jms-1.1-spec-java libactivemq-java \
   moosefs-master moosefs-chunkserver moosefs-client glusterfs-server glusterfs-client sshfs openssh-server openssh-client samba smbnetfs
 
-.PHONY: setup system-deps run conformance conformance-spark conformance-celery conformance-jms test spec spec-deep bench stress stress-smoke clean
+.PHONY: setup system-deps run conformance conformance-spark conformance-celery conformance-jms test spec spec-deep bench bench-netfs stress stress-smoke clean
 
 setup: $(STAMP)
 
@@ -64,6 +64,10 @@ bench: setup        ## floor (C when gcc/cc is present), reference and peers sid
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m dropboxmq_stress.bench --json stress/results/bench-$$(date +%Y-%m-%d-%H%M%S).json
 	$(PY) -m dropboxmq_stress.spark_bench --json stress/results/spark-bench-$$(date +%Y-%m-%d-%H%M%S).json
+	$(MAKE) bench-netfs
+
+bench-netfs: setup  ## make bench's network-file-system part: local disk, MooseFS, GlusterFS, sshfs on loopback (each skipped with its reason without root, FUSE or packages); ~6 min
+	$(PY) -m dropboxmq_stress.netfs_bench --json stress/results/netfs-bench-$$(date +%Y-%m-%d-%H%M%S).json
 
 stress: setup system-deps   ## every nemesis (long profile), the hostile-root fuzzer's and the API model tester's long profiles, every crash state (deep), the multi-host case on MooseFS and sshfs; root needed for tmpfs / loop / FUSE mounts
 	$(DMQ) stress run --profile long --out reports/stress-long --baseline stress/baselines/long.json

@@ -49,7 +49,7 @@ VALUE_PROP = "sv"
 HOSTS = {"p0": 0, "p1": 1, "c0": 0, "c1": 0, "c2": 1, "c3": 1}
 
 
-def _settings() -> Any:
+def settings() -> Any:
     from dropboxmq import Settings
 
     return Settings(poll_interval=0.01, scan_interval=0.05, recovery_interval=1.0, allow_network_fs=True)
@@ -68,16 +68,18 @@ def _closing(conn: Any, hist: History) -> Iterator[Any]:
             hist.fail("close", None, error=f"{type(e).__name__}: {e}")
 
 
-def producer(root: str, name: str, n: int, hist_dir: str) -> None:
+def producer(root: str, name: str, n: int, hist_dir: str, size: int | None = None) -> None:
+    """Send ``n`` persistent messages; ``size``: body length in bytes (default: the value and 64 x)."""
     from dropboxmq import Connection, DeliveryMode, Queue
 
     hist = History(hist_dir, name)
-    with _closing(Connection(root, name, _settings()), hist) as conn:
+    with _closing(Connection(root, name, settings()), hist) as conn:
         session = conn.create_session()
         prod = session.create_producer(Queue(QUEUE))
         for seq in range(n):
             value = f"{name}-{seq}"
-            msg = session.create_text_message(f"{value}|{'x' * 64}")
+            body = f"{value}|{'x' * 64}" if size is None else f"{value}|".ljust(size, "x")
+            msg = session.create_text_message(body)
             msg.set_property(VALUE_PROP, value)
             hist.invoke("send", value)
             for attempt in range(20):   # a server restart or cut fails calls for a moment
@@ -105,7 +107,7 @@ def consumer(root: str, name: str, ack_every: int, hist_dir: str, stop: Any) -> 
             hist.fail("ack", list(pending), error=f"{type(e).__name__}: {e}")
         pending.clear()
 
-    with _closing(Connection(root, name, _settings()), hist) as conn:
+    with _closing(Connection(root, name, settings()), hist) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         cons = session.create_consumer(Queue(QUEUE))
         while not stop.is_set():
@@ -233,7 +235,7 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
     with tempfile.TemporaryDirectory(prefix="dmq-multihost-") as local, netfs.start(kind) as fs:
         hist_dir = str(Path(local) / "history")
         mounts = [str(m) for m in fs.mounts]
-        with Connection(mounts[0], "init", _settings(), create=True) as c:
+        with Connection(mounts[0], "init", settings(), create=True) as c:
             c.create_queue(QUEUE)
         stop = ctx.Event()
         procs = {name: ctx.Process(target=consumer, args=(mounts[HOSTS[name]], name, ack_every, hist_dir, stop))
