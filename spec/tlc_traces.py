@@ -24,8 +24,8 @@ from typing import Iterable, Sequence
 
 from dropboxmq.lifecycle import PURGEABLE, Actor, Move, State, count_ok, state_of_directory
 from .tlc import EXIT_OK, run_tlc, spec_dir
-from .trace import (TraceError, by_recovery, count_of, death_of, leaf, load_trace, locate, locate_log, move_of,
-                    original_name, owner_of)
+from .grammar import leaf, locate, locate_log, owner_of
+from .trace import TraceError, by_recovery, count_of, death_of, load_trace, move_of, original_name
 
 __all__ = ["DELIVERY_TIME_PROPERTY", "NO_MODEL_COUNT", "TRACE_TEMPLATE", "NameTimes", "RenderedTrace", "TraceError",
            "TraceVerdict", "in_event_order", "load_trace", "name_times", "render_trace", "same_client",

@@ -6,10 +6,9 @@ conformance replay (``dropboxmq_conformance.replay``: the lifecycle table) and
 TLC's trace validation (``tlc_traces``: the spec) judge it.  This module is the
 one place that reads it:
 
-* where a path lies: a message file's (dropbox, state, name) -- ``locate`` -- or a
-  transaction log's (log directory, name) -- ``locate_log``;
-* who holds a file of processing/ (``owner_of``) and the delivery count a name
-  carries (``count_of``);
+* where a path lies and who holds a file of processing/: ``grammar.locate``,
+  ``grammar.locate_log`` and ``grammar.owner_of`` (the one reading of paths and names,
+  from PROTOCOL.md); the delivery count a name carries (``count_of``);
 * which move a record makes (``move_of``) and which process makes it
   (``lifecycle.Move.actor``, resolved by ``mover``);
 * deaths: a ``kill`` record (the suite killed a process; ``clients`` are its client
@@ -27,74 +26,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import grammar
-from dropboxmq.lifecycle import STATE_DIRS, Actor, IllegalMove, Move, State, move_between, state_of_directory
+from .grammar import KILL, Loc, leaf
+from dropboxmq.lifecycle import Actor, IllegalMove, Move, State, move_between
 
 __all__ = [
-    "FILE_OPS", "KILL", "OPS", "PRODUCER_ROLES", "LOG_DIRS", "TraceError", "Loc", "locate",
-    "locate_log", "leaf", "owner_of", "original_name", "message_id", "count_of", "move_of", "mover",
+    "FILE_OPS", "OPS", "PRODUCER_ROLES", "TraceError", "original_name", "message_id", "count_of", "move_of", "mover",
     "by_recovery", "Death", "death_of", "check_record", "load_trace",
 ]
 
 #: the ops a trace line may carry: file events, and a process death
 FILE_OPS = ("create", "close_write", "rename", "delete")
-KILL = "kill"
 OPS = FILE_OPS + (KILL,)
 
 #: the roles whose process is the producer of the spec (the others are consumers)
 PRODUCER_ROLES = frozenset({"produce", "publish"})
 
-#: the directories of a transaction log (under ``.../transaction/``)
-LOG_DIRS = ("associated", "committing", "rolling-back")
-
-
 class TraceError(ValueError):
     """A trace line that is not an event of the documented format."""
-
-
-@dataclass(frozen=True)
-class Loc:
-    box: str  # the dropbox directory, relative to the root ("Q1/incoming")
-    state: State
-    name: str
-
-
-def locate(rel: str | None) -> Loc | None:
-    """The (dropbox, state, name) a path stands for, or None if it is not a message file's place:
-    anything under ``dropboxmq/`` (registrations, transaction logs) and the files of a dropbox
-    whose own directory is a dot-name other than ``.incoming`` (a subscription being created or
-    deleted) are not."""
-    if not rel:
-        return None
-    parts = rel.split("/")
-    if len(parts) < 3 or parts[0] == "dropboxmq":
-        return None
-    state_dir, name = parts[-2], parts[-1]
-    if state_dir not in STATE_DIRS:
-        return None
-    if parts[-3].startswith(".") and parts[-3] != ".incoming":
-        return None
-    if any(p.startswith(".") and p not in (".incoming", ".subscriptions") for p in parts[:-3]):
-        return None
-    return Loc("/".join(parts[:-2]), state_of_directory(parts[-2]), name)
-
-
-def locate_log(rel: str | None) -> tuple[str, str] | None:
-    """(log directory, log name) of a transaction log's path, or None."""
-    parts = [p for p in (rel or "").split("/") if p]
-    if len(parts) >= 3 and parts[-2] in LOG_DIRS and "transaction" in parts[:-2]:
-        return parts[-2], parts[-1]
-    return None
-
-
-def leaf(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def owner_of(loc: Loc | None) -> str | None:
-    """The client id a processing/ name carries (None: not in processing/, or claimed bare)."""
-    if loc is None or loc.state is not State.DELIVERED:
-        return None
-    return grammar.split_claimed(loc.name)[0]
 
 
 def original_name(name: str) -> str:
