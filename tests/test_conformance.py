@@ -719,6 +719,23 @@ def test_tlc_rejection_of_a_helpers_move_is_not_charged(tmp_path):
     assert out["helper"].status == "inconclusive" and "suite: fallback recovery" in out["helper"].detail
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+def test_tlc_rejection_at_a_message_the_watcher_found_by_a_late_scan_is_not_charged(tmp_path):
+    """A queue created and filled before the watcher watched it (make run, sessions:QCLE): the
+    scan reports the message in target/, then the queued create of its working/ file arrives.
+    TLC rejects that create; the moves that explain it are what the trace lacks, so no verdict."""
+    scanned = _seq([{"op": "create", "path": f"Q1/incoming/target/{N12}", "synthetic": "scan"},
+                    {"op": "create", "path": f"Q1/incoming/working/{N12}"},
+                    {"op": "close_write", "path": f"Q1/incoming/working/{N12}"},
+                    {"op": "delete", "path": f"Q1/incoming/working/{N12}", "moved_out": True}])
+    unexplained = [{k: v for k, v in r.items() if k != "synthetic"} for r in scanned]
+    out = R.run_tlc_jobs([R.tlc_job("scanned", scanned, tmp_path / "a"),
+                          R.tlc_job("unexplained", unexplained, tmp_path / "b")])
+    assert out["unexplained"].status == "fail"
+    assert out["scanned"].status == "inconclusive" and "late scan" in out["scanned"].detail
+
+
 def test_replay_rejects_a_rename_that_replaces_a_message():
     twice = _life(N12)[:3] + _life(N12)[:3]  # a producer reusing one name: the 2nd Send replaces the 1st
     v = R.replay(_seq(twice)).violation

@@ -546,9 +546,10 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
             if bad is not None and _silent_redelivery(bad):  # the model stamps every Redeliver (strict R-2)
                 rule = "R-2"
                 where += " (a Redeliver without a delivery count in the name, PROTOCOL.md R-2)"
-            # a file the watcher only found by scanning a directory it watched late: the moves
-            # that brought it there are missing from the trace, so the rejection proves nothing
-            late_scan = bad is not None and bad.get("synthetic") == "scan"
+            # a message the watcher only found by scanning a directory it watched late: the moves
+            # that brought it there are missing from the trace (and their queued events may still
+            # follow the scan), so a rejection at it proves nothing
+            late_scan = bad is not None and _scanned_before(job.records, k)
             if late_scan:
                 where += " (found by a late scan: the moves before it are missing from the trace)"
             out[job.key] = TlcOutcome("inconclusive" if helper or late_scan else "fail",
@@ -556,6 +557,17 @@ def run_tlc_jobs(jobs: list[TlcJob], parallel: int = 2, timeout: float = 300) ->
                                       job.records[max(0, k - 4):k + 3],
                                       timeline_until(job.records, k, "REJECTED by TLC") if bad else [], rule=rule)
     return out
+
+
+def _scanned_before(records: list[dict], k: int) -> bool:
+    """Did the watcher report record ``k``'s message from a late scan, at ``k`` or before?"""
+    mid = grammar.message_id(leaf(_path_of(records[k])))
+    return any(rec.get("synthetic") == "scan" and grammar.message_id(leaf(_path_of(rec))) == mid
+               for rec in records[:k + 1])
+
+
+def _path_of(rec: dict) -> str:
+    return rec.get("src") or rec.get("path") or ""
 
 
 def _silent_redelivery(rec: dict) -> bool:
@@ -571,7 +583,7 @@ def timeline_until(records: list[dict], k: int, verdict: str) -> list[dict]:
     """The states of the message that record ``k`` moves, as the replay saw them up to it,
     then ``verdict`` (a counterexample timeline for a rejection the replay did not find)."""
     bad = records[k]
-    path = bad.get("src") or bad.get("path") or ""
+    path = _path_of(bad)
     steps = _life_of(replay(records[:k]).tracks.values(), message_id(leaf(path)))
     steps.append(Step(bad.get("seq", -1), bad.get("t", 0.0), bad.get("op", "?"), verdict, None, path))
     return [st.as_dict() for st in steps]
