@@ -530,6 +530,23 @@ def test_watcher_rescan_does_not_invent_a_directory_whose_move_is_still_queued(t
         ("rename", "target/d", "processing/c~d"), ("rename", "processing/c~d", "error/c~d")]
 
 
+def test_watcher_follows_a_directory_made_filled_and_renamed_before_it_could_watch_it(tmp_path):
+    """The CI flake (shell publish): a subscription is built in .subscriptions/.new-X and renamed
+    into place before the watcher handled .new-X's IN_CREATE, so .new-X could never be watched and
+    the renamed directory's contents were only found by the final rescan (a gap: inconclusive)."""
+    subs = tmp_path / ".subscriptions"
+    subs.mkdir()
+    w = Watcher(tmp_path, start_thread=False).start()  # reads the events only when it stops
+    (subs / ".new-X" / "target").mkdir(parents=True)
+    (subs / ".new-X" / ".subscription").write_text("selector=\n")
+    (subs / ".new-X" / "target" / "M").write_bytes(b"body")
+    os.rename(subs / ".new-X", subs / "late")
+    w.stop()
+    assert not w.gaps, w.gaps
+    created = {r["path"] for r in w.records if r["op"] == "create"}
+    assert {".subscriptions/late/.subscription", ".subscriptions/late/target/M"} <= created
+
+
 def _new_queue_listed_with(monkeypatch, tmp_path, on_listing):
     """A queue directory made (with its state dirs and an open working/X) while only the root is
     watched, so that its IN_CREATE makes the watcher walk it; ``on_listing(dir)`` runs just before

@@ -416,6 +416,10 @@ class Watcher:
                     self._known_files.discard(rec["src"])
                     self._known_files.add(rel)
                 self._emit(rec)
+                if is_dir:
+                    # made, filled and renamed before its IN_CREATE was read (a subscription built
+                    # in .new-X): its watch could not be added, so what it holds is reported now
+                    self._watch_tree(path, synthesize=True)
             elif mask & flags.DELETE:
                 self._deleted(path, is_dir)
 
