@@ -459,9 +459,31 @@ def start_server(sc: Scenario) -> str:
                        f"(status {proc.p.poll()}): {proc.stderr_tail(300)}")
 
 
+#: the queues the session checks use: their layout is made before the checks act (see prepare_queues)
+SESSION_QUEUES = ("QAUTO", "QCLI", "QCLE", "QCLS", "QREC", "QSEL", "QTXR", "QTXS", "QSER1", "QSER2",
+                  *(f"QLIS{mode}" for mode in ("AUTO", "CLIENT", "DUPSOK", "TRANSACTED")))
+#: PROTOCOL.md L-2: the state directories of a dropbox
+STATE_DIRS = ("working", "target", "processing", "processed", "expired", "error")
+
+
+def prepare_queues(sc: Scenario, queues: tuple[str, ...] = SESSION_QUEUES, timeout: float = 10.0) -> None:
+    """Make each queue's documented layout and wait until the watcher watches all of it.  inotify
+    is not recursive: a queue an implementation creates and fills within a few milliseconds
+    (before the watcher's watch on the new directory exists) leaves only a late scan of it in the
+    trace, and its first moves unjudged (model.tlc inconclusive)."""
+    wanted = set()
+    for q in queues:
+        for d in STATE_DIRS:
+            (sc.root / q / "incoming" / d).mkdir(parents=True, exist_ok=True)
+            wanted.add(f"{q}/incoming/{d}")
+    sc.watcher.wait_for(lambda recs: wanted <= {r.get("path") for r in recs if r.get("kind") == "dir"}, timeout)
+
+
 def session_scenario(m: Manifest, out: Path, only: set[str] | None = None) -> tuple[list[Result], Scenario]:
     sc = Scenario("sessions", out / "sessions", m)
     sc.watcher.start()
+    if not m.api_only:
+        prepare_queues(sc)
     res: list[Result] = []
     adapters: list[Adapter] = []
     try:
