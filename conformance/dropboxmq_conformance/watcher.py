@@ -34,7 +34,9 @@ and sets :attr:`Watcher.overflowed`: a run whose trace overflowed is
 inconclusive, never passed.  Periodic rescans add watches that the event
 stream could not (a directory created and filled faster than its watch), and
 one last rescan after the implementation exited compares the tree with what
-the trace says it should be (:attr:`Watcher.gaps`).
+the trace says it should be (:attr:`Watcher.gaps`).  :meth:`Watcher.catch_up`
+lets the suite have every directory made so far watched before an implementation
+fills it (the session scenario's queues, a subscription made while answering).
 """
 
 from __future__ import annotations
