@@ -178,7 +178,7 @@ def test_session_checks_act_only_in_directories_the_watcher_already_watches(tmp_
     assert len(res) == len(only)
     late = [r for r in sc.records if r.get("synthetic") and r.get("kind") != "dir"
             and (locate(r.get("path")) or locate_log(r.get("path")))]
-    assert not late, late
+    assert not late, [(r["synthetic"], r["path"]) for r in late]
     boxes = {locate(r.get("dst")).box for r in sc.records if r["op"] == "rename" and locate(r.get("dst"))}
     assert {"QREC/incoming", "QTXR/incoming", "QLISDUPSOK/incoming",
             "topic-root/T1/.subscriptions/dur.conf-a"} <= boxes, boxes
