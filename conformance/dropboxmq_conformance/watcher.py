@@ -34,13 +34,16 @@ and sets :attr:`Watcher.overflowed`: a run whose trace overflowed is
 inconclusive, never passed.  Periodic rescans add watches that the event
 stream could not (a directory created and filled faster than its watch), and
 one last rescan after the implementation exited compares the tree with what
-the trace says it should be (:attr:`Watcher.gaps`).
+the trace says it should be (:attr:`Watcher.gaps`).  :meth:`Watcher.catch_up`
+lets the suite have every directory made so far watched before an implementation
+fills it (the session scenario's queues, a subscription made while answering).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -148,12 +151,16 @@ class Watcher:
     # ------------------------------------------------------------ main loop
     def _loop(self) -> None:
         last_scan = time.monotonic()
+        poller = select.poll()
+        poller.register(self._ino.fileno(), select.POLLIN)  # type: ignore[union-attr]
         while not self._stop.is_set():
-            events = self._ino.read(timeout=20)  # type: ignore[union-attr]
+            ready = poller.poll(20)
             with self._lock:
+                # read under the lock, as catch_up() does: no event is ever read and not yet handled
+                events = self._ino.read(timeout=0) if ready else []  # type: ignore[union-attr]
                 if events:
                     self._handle(events)
-                elif self._pending_from:
+                elif not ready and self._pending_from:  # 20 ms without the IN_MOVED_TO: moved out
                     self._flush_pending()
                 if time.monotonic() - last_scan > self.rescan_interval:
                     last_scan = time.monotonic()
@@ -163,6 +170,14 @@ class Watcher:
         """Block until ``predicate(records)`` holds (checked at every new record) or ``timeout``."""
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.records), timeout)
+
+    def catch_up(self) -> None:
+        """Handle, in this thread, every event queued so far: each directory made before the call
+        is watched when it returns, so what happens in it afterwards arrives as events, never as a
+        late scan.  (The thread reads and handles under one lock: no event read before the call is
+        still waiting to be handled.)"""
+        with self._lock:
+            self._drain()
 
     @property
     def running(self) -> bool:
