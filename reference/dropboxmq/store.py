@@ -21,6 +21,7 @@ import ctypes.util
 import errno
 import fcntl
 import itertools
+import logging
 import os
 import stat
 import sys
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("dropboxmq")
 
 #: the claim register's directory (claims.py), beside the six state directories of a dropbox
 REGISTER = ".claims"
@@ -122,6 +125,7 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
         except FileNotFoundError:
             if not _link_made(src, dst, src_dir_fd, dst_dir_fd):
                 raise
+            log.debug("link %s -> %s answered ENOENT with both there: made (its new name moved on)", src, dst)
             break
         except (FileExistsError, PermissionError) as exc:
             if _exists(dst, dst_dir_fd):

@@ -72,6 +72,7 @@ def producer(root: str, name: str, n: int, hist_dir: str, size: int | None = Non
     """Send ``n`` persistent messages; ``size``: body length in bytes (default: the value and 64 x)."""
     from dropboxmq import Connection, DeliveryMode, Queue
 
+    _log_to(hist_dir, name)
     hist = History(hist_dir, name)
     with _closing(Connection(root, name, settings()), hist) as conn:
         session = conn.create_session()
