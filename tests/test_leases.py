@@ -200,6 +200,46 @@ def test_a_link_whose_source_vanished_is_undone(tmp_path, monkeypatch, no_rename
     assert sorted(os.listdir(tmp_path)) == ["elsewhere"]
 
 
+def test_a_send_whose_link_answers_enoent_after_a_consumer_took_it_is_sent_once(root, monkeypatch, no_renameat2):
+    """sshfs (libfuse's high-level API) makes a link(), then looks its new name up to answer:
+    a consumer on the other host that claimed the message in between made the link answer
+    ENOENT.  send() raised StoreError ("it left working/ before it was sent") after discarding
+    working/, though the message had been delivered, and the producer's retry delivered it a
+    second time, unflagged (CI: test_on_real_mounts_...[sshfs], 2 of 11 runs under load)."""
+    with Connection(root, "p", FAST, create=True) as c, Connection(root, "b", FAST) as other_host:
+        c.create_queue("Q1")
+        their_session = other_host.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        theirs = their_session.create_consumer(Q)
+        taken: list = []
+        real_link = os.link
+
+        def link_then_claimed_before_the_lookup(src, dst, **kw):
+            real_link(src, dst, **kw)
+            if not taken:
+                monkeypatch.setattr(store, "os", os)  # (the other host's own calls are plain)
+                taken.append(theirs.receive(0))
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", dst)
+
+        monkeypatch.setattr(store, "os", FakeOs(link=link_then_claimed_before_the_lookup))
+        c.create_session().create_producer(Q).send(TextMessage(body=b"once"))
+        assert [m.body for m in taken] == [b"once"] and not taken[0].redelivered
+        their_session.acknowledge()
+    assert counts(root, "Q1") == {"working": 0, "target": 0, "processing": 0, "processed": 1,
+                                  "expired": 0, "error": 0}
+
+
+def test_a_link_answering_enoent_whose_source_is_gone_is_not_taken_for_made(tmp_path, monkeypatch, no_renameat2):
+    """The other ENOENT of link(): the source (or the destination's directory) is not there --
+    the move did not happen and must say so."""
+    (tmp_path / "d").mkdir()
+    with pytest.raises(FileNotFoundError):
+        store.rename_noreplace(str(tmp_path / "missing"), str(tmp_path / "d" / "b"))
+    (tmp_path / "a").write_bytes(b"m")
+    with pytest.raises(FileNotFoundError):
+        store.rename_noreplace(str(tmp_path / "a"), str(tmp_path / "nodir" / "b"))
+    assert sorted(os.listdir(tmp_path)) == ["a", "d"] and os.listdir(tmp_path / "d") == []
+
+
 # ================================================================ late acknowledgements
 
 

@@ -9,6 +9,7 @@ ask: a send, a receive or an acknowledge never does.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Callable
 
 from . import clients, codec, leases
 from .store import NotARegularFile, open_regular
+
+log = logging.getLogger("dropboxmq")
 
 __all__ = [
     "liveness", "settle_leases", "live_clients", "is_dead", "hold_path", "holds_claims", "hold_for_checkpoint",
@@ -52,7 +55,10 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
         data = clients.read_from(fd)
     finally:
         os.close(fd)
-    return ("dead" if leases.OBSERVER.expired((str(root), client_id), data) else "alive"), True
+    if not leases.OBSERVER.expired((str(root), client_id), data):
+        return "alive", True
+    log.info("client %r of %s is dead: its lease record %r stayed unchanged past its bound", client_id, root, data)
+    return "dead", True
 
 
 def settle_leases(root: Path, timeout: float | None = None) -> None:

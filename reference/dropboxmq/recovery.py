@@ -263,7 +263,9 @@ def _give_back(box: Dropbox, pname: str, original: str) -> int:
             return int(box.move(Move.REDELIVER, State.DELIVERED, pname, name))
         if drop_interrupted_link(box, State.DELIVERED, pname, _rename_results(pname, original)):
             return 0  # a claim/ack/redeliver cut short in the link()+unlink() fallback
-        return int(box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original)))
+        moved = box.move(Move.REDELIVER, State.DELIVERED, pname, redelivery_name(original))
+        log.debug("redeliver %s of %s: %s", pname, box.path, "done" if moved else "gone already")
+        return int(moved)
     except StoreError as exc:
         log.warning("cannot redeliver %s: %s", pname, exc)
         return 0

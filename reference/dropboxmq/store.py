@@ -1,16 +1,14 @@
 """The I/O shell: the only module that creates, renames, reads or deletes message files.
 
-It executes the lifecycle table (``lifecycle.py``): every method that moves a
-file names its ``Move`` and the table decides the source and destination
-directory.  Everything above this module (sessions, recovery, the CLI) thinks
-in moves, never in paths.
+It executes the lifecycle table (``lifecycle.py``): every method that moves a file names its
+``Move`` and the table decides the source and destination directory.  Everything above this
+module (sessions, recovery, the CLI) thinks in moves, never in paths.
 
-Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/,
-write fully, fsync the file, rename into target/ *without replacing* an
-existing name, fsync target/.  NON_PERSISTENT skips both fsyncs.  Batches
-(transactions, bulk sends) make all their files durable at once (``sync_files``:
-one syncfs, or the files' fsyncs side by side), rename them all, then fsync each
-touched directory once (group commit).
+Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/, write fully,
+fsync the file, rename into target/ *without replacing* an existing name, fsync target/.
+NON_PERSISTENT skips both fsyncs.  Batches (transactions, bulk sends) make all their files
+durable at once (``sync_files``: one syncfs, or the files' fsyncs side by side), rename them
+all, then fsync each touched directory once (group commit).
 """
 
 from __future__ import annotations
@@ -93,22 +91,18 @@ def _exists(path: str, dir_fd: int) -> bool:
 
 
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
-    directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
-    For a source nobody else moves (working/, a log): a source others may be moving at the
-    same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With directory fds,
+    ``src`` and ``dst`` are names in those directories (no path walk).  For a source nobody else
+    moves (working/, a log): one others may be moving (a claim...) goes by :func:`rename_exclusive`.
 
-    renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
-    Elsewhere link()+unlink(): never replaces either, and a crash between the
-    two leaves both names on one inode, which recovery resolves (same inode in
-    working/ and target/ = sent).  The unlink is then synced (the source directory
-    fsynced): a rename is one atomic step, two calls are not, and a power loss must
-    not keep a later move while undoing this unlink (one message under two names in
-    two states; PROTOCOL.md Durability D5).  Network file systems (issue 28): a losing
-    link() may answer EPERM (sshfs; SMB always does), and GlusterFS may answer EEXIST
-    with no file there; only a destination seen to exist is FileExistsError.  If the source
-    vanished between the link and the unlink (someone else moved it), the link is undone:
-    a second name for one file is never left behind.
+    renameat2(RENAME_NOREPLACE) where supported.  Elsewhere link()+unlink(): never replaces;
+    a crash between the two leaves both names on one inode, which recovery resolves (same
+    inode in working/ and target/ = sent).  The unlink is synced: a power loss must not keep
+    a later move while undoing it (PROTOCOL.md D5).  Network file systems (H6): only a
+    destination seen to exist is FileExistsError (a losing link() may answer EPERM: sshfs,
+    SMB; GlusterFS EEXIST with no file there); a link whose source vanished before the unlink
+    is undone; a link answered ENOENT with its source and the destination's directory there
+    was made (sshfs makes it, then looks the new name up: gone if another host claimed it).
     """
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
@@ -117,11 +111,15 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
             os.link(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd),
                     follow_symlinks=False)
             break
-        except (FileExistsError, PermissionError) as exc:
+        except (FileExistsError, PermissionError, FileNotFoundError) as exc:
             if _exists(dst, dst_dir_fd):
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
             if not _exists(src, src_dir_fd):
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
+            if exc.errno == errno.ENOENT:
+                if not _dir_there(dst, dst_dir_fd):
+                    raise
+                break  # made, and its new name moved on: the send happened (issue 28's sshfs duplicates)
             if exc.errno == errno.EPERM or attempt == 2:
                 _rename_checked(src, dst, src_dir_fd, dst_dir_fd)  # no link() here (SMB): check, rename
                 return
@@ -138,6 +136,13 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
         os.fsync(src_dir_fd)
 
 
+def _dir_there(dst: str, dir_fd: int) -> bool:
+    try:  # (a removed directory has no links left)
+        return (os.fstat(dir_fd) if dir_fd != _AT_FDCWD else os.stat(os.path.dirname(dst) or ".")).st_nlink > 0
+    except OSError:
+        return False
+
+
 def _rename_checked(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
     """rename() after checking that ``dst`` is free: FileExistsError if it is not."""
     if _exists(dst, dst_dir_fd):
@@ -146,20 +151,15 @@ def _rename_checked(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> Non
 
 
 def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
-    CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
-    them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
-    if ``dst`` exists.
-
-    renameat2(RENAME_NOREPLACE) where supported.  Elsewhere a plain rename() after checking
-    that ``dst`` is free: the source vanishing in one step is the exclusivity.  Never link() +
-    unlink(): two movers can each link the same file under their own names, and the loser's
-    second name (same inode) is a stale copy that recovery would later deliver again (the
-    MooseFS duplicates of issue 28).  The check and the rename are two steps: a destination
-    created between them is replaced, which a claim or an ACK cannot meet (their destination
-    names the owner, who alone makes it) and a REDELIVER only if a foreign producer drops the
-    very same name into target/ in that instant.
-    """
+    """Rename ``src`` to ``dst`` when others may be moving ``src`` at the same time (a CLAIM, every
+    move out of processing/ against a recovery): exactly one succeeds, the others get
+    FileNotFoundError and leave nothing behind; FileExistsError if ``dst`` exists.
+    renameat2(RENAME_NOREPLACE) where supported, else rename() after checking that ``dst`` is
+    free: the source vanishing in one step is the exclusivity.  Never link() + unlink(): two
+    movers can each link the file, and the loser's second name is a stale copy recovery would
+    deliver again (issue 28, MooseFS).  A destination made between check and rename is replaced:
+    a claim's or an ACK's names its owner, who alone makes it; a REDELIVER's only if a foreign
+    producer drops that very name into target/ in that instant."""
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
     _rename_checked(src, dst, src_dir_fd, dst_dir_fd)

@@ -72,6 +72,7 @@ def producer(root: str, name: str, n: int, hist_dir: str, size: int | None = Non
     """Send ``n`` persistent messages; ``size``: body length in bytes (default: the value and 64 x)."""
     from dropboxmq import Connection, DeliveryMode, Queue
 
+    _log_to(hist_dir, name)
     hist = History(hist_dir, name)
     with _closing(Connection(root, name, settings()), hist) as conn:
         session = conn.create_session()
@@ -93,9 +94,23 @@ def producer(root: str, name: str, n: int, hist_dir: str, size: int | None = Non
     hist.record("done", "producer")
 
 
+def _log_to(hist_dir: str, name: str) -> Any:
+    """The library's own log (its warnings, a lease decision) beside the history: a failed run
+    kept with ``--keep`` says what each process's recovery decided."""
+    import logging
+
+    handler = logging.FileHandler(Path(hist_dir) / f"{name}.log")
+    handler.setFormatter(logging.Formatter("%(created).6f %(levelname)s %(message)s"))
+    logger = logging.getLogger("dropboxmq")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    return handler
+
+
 def consumer(root: str, name: str, ack_every: int, hist_dir: str, stop: Any) -> None:
     from dropboxmq import CLIENT_ACKNOWLEDGE, Connection, Queue
 
+    _log_to(hist_dir, name)
     hist = History(hist_dir, name)
     pending: list[str] = []
 
@@ -220,7 +235,9 @@ def throughput(history: list[dict]) -> dict:
 
 
 def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool = False, cut: bool = False,
-        ack_every: int = 3, idle: float = 60.0, deadline: float = 600.0) -> dict:
+        ack_every: int = 3, idle: float = 60.0, deadline: float = 600.0, keep: Path | None = None) -> dict:
+    """One run; ``keep``: a directory to copy the histories, the library's logs, the final
+    listing and (where the export is local: sshfs) the server-side trace of every rename into."""
     from dropboxmq import Connection
     from dropboxmq.recovery import recover
 
@@ -234,9 +251,15 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="dmq-multihost-") as local, netfs.start(kind) as fs:
         hist_dir = str(Path(local) / "history")
+        os.makedirs(hist_dir)
         mounts = [str(m) for m in fs.mounts]
         with Connection(mounts[0], "init", settings(), create=True) as c:
             c.create_queue(QUEUE)
+        tracer = None
+        if keep is not None and fs.export is not None:
+            from . import fstrace
+
+            tracer = fstrace.start(fs.export, Path(local) / "server-trace.jsonl")  # (not a history)
         stop = ctx.Event()
         procs = {name: ctx.Process(target=consumer, args=(mounts[HOSTS[name]], name, ack_every, hist_dir, stop))
                  for name in ("c0", "c1", "c2", "c3")}
@@ -245,6 +268,7 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
         t0 = time.time()
         for p in procs.values():
             p.start()
+        driver_log = _log_to(hist_dir, "driver")  # (after the forks: the workers log to their own)
         total = 2 * messages
         killed, t_kill = None, None
         faults: list[tuple[str, float]] = []
@@ -313,6 +337,22 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
         out["stall_s"] = {what: round(_longest_gap([at] + [t for t in ack_times if t > at]), 3) for what, at in faults}
         out["errors_logged"] = {f: sum(1 for r in history if r["type"] == "fail" and r.get("f") == f)
                                 for f in ("receive", "close")}
+        import logging
+
+        logging.getLogger("dropboxmq").removeHandler(driver_log)
+        driver_log.close()
+        if tracer is not None:
+            tracer.terminate()
+            tracer.join()
+        if keep is not None:
+            import shutil
+
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(hist_dir, keep / "history", dirs_exist_ok=True)
+            if tracer is not None:
+                shutil.copy(Path(local) / "server-trace.jsonl", keep)
+            (keep / "final.json").write_text(json.dumps(final, indent=1) + "\n")
+            (keep / "result.json").write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -363,8 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ack-every", type=int, default=3)
     ap.add_argument("--idle", type=float, default=60.0, help="give up after this many seconds without progress")
     ap.add_argument("--json", type=Path, help="write the full result here")
+    ap.add_argument("--keep", type=Path, help="copy histories, logs, final listing and server trace here")
     a = ap.parse_args(argv)
-    r = run(a.fs, a.messages, a.kill, a.restart_server, a.cut, a.ack_every, a.idle)
+    r = run(a.fs, a.messages, a.kill, a.restart_server, a.cut, a.ack_every, a.idle, keep=a.keep)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(r, indent=1) + "\n")

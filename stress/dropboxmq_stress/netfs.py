@@ -206,6 +206,8 @@ class NetFS:
     servers: dict[str, tuple[Callable[[], None], Callable[[], None]]] = field(default_factory=dict)
     _mount: Callable[[int], None] | None = None
     mount_points: tuple[Path, Path] = (Path(), Path())
+    #: the exported directory on the server's local disk, where the test can see it (sshfs)
+    export: Path | None = None
 
     def kill_server(self, name: str | None = None) -> None:
         """SIGKILL a server process (default: the first of :attr:`servers`; MooseFS: chunkserver, master)."""
@@ -505,6 +507,7 @@ def sshfs(base: Path | None = None) -> Iterator[NetFS]:
             mount(i)
         fs._mount = mount
         fs.mounts = fs.mount_points
+        fs.export = s / "export"
 
         def kill() -> None:
             # the server process of this file system is sshd's per-connection child (sftp runs
