@@ -20,6 +20,21 @@ Q = Queue("Q1")
 NAME = "4.1140429201295000-9262574723.T"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def every_library_module_loaded():
+    """pyfakefs unloads each module first imported while its fake file system is active; the
+    library imports some modules where first used, so a later test here ran with a second copy of
+    them (a commit's ENOSPC outlived its monkeypatch).  Loaded before any fake: none is unloaded."""
+    import importlib
+    import pkgutil
+
+    import dropboxmq
+
+    for mod in pkgutil.iter_modules(dropboxmq.__path__):
+        if mod.name != "__main__":  # runs the CLI
+            importlib.import_module(f"dropboxmq.{mod.name}")
+
+
 class FakeOs:
     """``os`` for the store module, with some functions replaced (real ``os`` elsewhere)."""
 
