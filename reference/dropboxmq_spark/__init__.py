@@ -706,7 +706,8 @@ class DropboxMQBatchWriter(DataSourceArrowWriter):
             entries, committed = _entries_of(self.root, messages)
             log = TransactionLog(self.root, self.client_id, "commit", 0)
             log.record_entries(entries)
-            log.commit(durable=self.durable)  # point of no return inside; SEND all; fsync target/s
+            # point of no return inside; SEND all (by name in held directories); fsync target/s
+            log.commit(durable=self.durable, held=True)
             # every other attempt (failed, retried, speculative) is rolled back; the committed
             # ones' logs are just dropped (their files were SENT: DISCARD would be a no-op)
             _hand_over(self.root, _attempt_logs(self.root, self.client_id, "job.s"), committed)
@@ -779,7 +780,7 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
             log.close(True)
             store.move(LogState.ASSOCIATED, LogMove.COMMIT, name)
             # ---- point of no return ----
-            roll_forward(self.root, entries, durable=self.durable)
+            roll_forward(self.root, entries, durable=self.durable, held=True)
             store.move(LogState.COMMITTING, LogMove.KEEP, name)  # kept in committed/: the proof
             _hand_over(self.root, self._stale_attempts(batchId),
                        {m.log_name for m in messages if isinstance(m, _Attempt)})
