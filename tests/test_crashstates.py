@@ -200,8 +200,8 @@ def _send_returns_before_target_is_fsynced() -> None:
 def _commit_log_unlinked_before_its_moves_are_durable() -> None:
     import dropboxmq.transaction as transaction
 
-    def roll_forward(root, entries, durable):  # type: ignore[no-untyped-def]
-        transaction.apply_moves(root, entries, commit=True)  # and no sync of the touched directories
+    def roll_forward(root, entries, durable, held=False):  # type: ignore[no-untyped-def]
+        transaction.apply_moves(root, entries, commit=True, held=held)  # and no sync of the touched directories
 
     transaction.roll_forward = roll_forward  # type: ignore[assignment]
 

@@ -292,7 +292,9 @@ class TransactionLog:
                 dirs[box.dir(State.DELIVERED)] = None
         return files + list(dirs)
 
-    def commit(self, durable: bool) -> None:
+    def commit(self, durable: bool, held: bool = False) -> None:
+        """Commit: the log into committing/ (the point of no return), then every move applied
+        (``held``: see apply_moves)."""
         if not self.entries:
             self.close(False)
             return
@@ -311,7 +313,7 @@ class TransactionLog:
         try:
             if durable:
                 self.store.sync(_L.ASSOCIATED, _LM.COMMIT)
-            roll_forward(self.root, self.entries, durable)
+            roll_forward(self.root, self.entries, durable, held=held)
             self.store.move(_L.COMMITTING, _LM.FINISH, self.name)
         except (OSError, StoreError) as exc:
             raise TransactionInDoubtError(
@@ -362,18 +364,32 @@ class Applicable(Protocol):
 
 
 def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
-                after_crash: bool = False) -> list[tuple[Dropbox, State]]:
+                after_crash: bool = False, held: bool = False) -> list[tuple[Dropbox, State]]:
     """Apply every entry's move -- commit: SEND / ACK; rollback: DISCARD / REDELIVER -- and return
     the (dropbox, state directory) each one touched.  A move whose file is gone is skipped
     (store.Dropbox.move returns False), so applying a log twice is harmless.  ``after_crash``
     (recovery): a move an earlier attempt left half done in the link()+unlink() fallback (the
-    file under its old and its new name) is finished by dropping the old name."""
-    touched = []
+    file under its old and its new name) is finished by dropping the old name.  ``held``: each
+    dropbox's state directories held open (Dropbox.hold_dirs) while the moves run, so a long log
+    (a Spark job's) makes one renameat a move instead of walking both paths."""
+    touched: list[tuple[Dropbox, State]] = []
     boxes: dict[str, Dropbox] = {}
+    try:
+        _apply(root, entries, commit, after_crash, held, boxes, touched)
+    finally:
+        for box in boxes.values():
+            box.close()
+    return touched
+
+
+def _apply(root: Path, entries: Iterable[Applicable], commit: bool, after_crash: bool, held: bool,
+           boxes: dict[str, Dropbox], touched: list[tuple[Dropbox, State]]) -> None:
     for e in entries:
         box = boxes.get(e.box)
         if box is None:  # one Dropbox per directory, not one per entry
             box = boxes[e.box] = box_in_root(root, e.box)
+            if held:
+                box.hold_dirs()
         if after_crash and _finish_interrupted(box, e, commit):
             pass
         elif e.kind == "send" and commit:
@@ -391,7 +407,6 @@ def apply_moves(root: Path, entries: Iterable[Applicable], commit: bool,
         else:
             box.move(Move.REDELIVER, State.DELIVERED, e.at, claims.original_name(box, e.at) or e.after_rollback)
             touched.append((box, State.NEW))
-    return touched
 
 
 def drop_interrupted_link(box: Dropbox, state: State, name: str,
@@ -435,8 +450,9 @@ def _finish_interrupted(box: Dropbox, e: Applicable, commit: bool) -> bool:
     return drop_interrupted_link(box, source, e.at, lambda state, other: state is dest and other == name)
 
 
-def roll_forward(root: Path, entries: list[LogEntry], durable: bool, after_crash: bool = False) -> None:
-    touched = apply_moves(root, entries, commit=True, after_crash=after_crash)
+def roll_forward(root: Path, entries: list[LogEntry], durable: bool, after_crash: bool = False,
+                 held: bool = False) -> None:
+    touched = apply_moves(root, entries, commit=True, after_crash=after_crash, held=held)
     if durable:
         sync_many(touched)
 

@@ -135,6 +135,11 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     figures: dict[str, float] = {}
+    loads: dict[str, float] = {}  # the 1-minute load average as each figure's clock started
+
+    def load(key: str) -> None:
+        loads[key] = round(os.getloadavg()[0], 1)
+
     with tempfile.TemporaryDirectory(prefix="dropboxmq-spark-bench-") as tmp:
         root = Path(tmp) / "root"
         small = _warm_up(spark, root, tmp)
@@ -143,21 +148,26 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
         rows.count()
 
         # write: Spark's batch write against the library's send, both without fsync
+        load("spark_write")
         t = time.perf_counter()
         rows.write.format("dropboxmq").option("root", str(root)).option("durable", "false").mode("append").save("w")
         figures["spark_write"] = n / (time.perf_counter() - t)
+        load("library_send")
         figures["library_send"] = n / _library_send(root, "w-library", n, persistent=False)
+        load("spark_write_durable")
         t = time.perf_counter()
         rows.write.format("dropboxmq").option("root", str(root)).option("durable", "true").mode("append").save("wd")
         figures["spark_write_durable"] = n / (time.perf_counter() - t)
 
         # browse: every body of the queue, against binaryFile on the same files
         target = str(root / "w" / "incoming" / "target")
+        load("spark_browse")
         t = time.perf_counter()
         got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
                .agg(F.count("*"), F.sum(F.length("body"))).first())
         figures["spark_browse"] = n / (time.perf_counter() - t)
         assert tuple(got) == (n, n * BODY_BYTES), got
+        load("binary_file")
         t = time.perf_counter()
         got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
         figures["binary_file"] = n / (time.perf_counter() - t)
@@ -167,6 +177,7 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
         _library_send(root, "drain", n, persistent=True)
         _library_send(root, "drain-twin", n, persistent=True)
         ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
+        load("spark_drain")
         t = time.perf_counter()
         q = (spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ckpt)
              .option("maxMessagesPerTrigger", per_trigger).load("drain").select("message_id", "text")
@@ -174,6 +185,7 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         q.awaitTermination()
         figures["spark_drain"] = n / (time.perf_counter() - t)
+        load("library_receive")
         figures["library_receive"] = n / _library_receive(root, "drain-twin", n, per_trigger)
         assert spark.read.parquet(sink).select("message_id").distinct().count() == n
         for queue in ("drain", "drain-twin"):
@@ -190,6 +202,7 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
             "rates": {k: round(v) for k, v in figures.items()},
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
             "goals_met": {k: ratios[k] >= GOALS[k] for k in GOALS},
+            "load_average_at_start": loads,
             "seconds_for_100_messages": small}
 
 
@@ -200,8 +213,9 @@ def _report(result: dict[str, Any]) -> str:
                                              ("drain", "spark_drain", "library_receive", "library receive"),
                                              ("write", "spark_write", "library_send", "library send")):
         verdict = "hit " if result["goals_met"][key] else "MISS"
+        la = result["load_average_at_start"]
         lines.append(f"  {key:<6} {r[spark_key]:>8,} msg/s  vs {other} {r[other_key]:>8,} msg/s  "
-                     f"= {q[key]:.2f}x  (goal {GOALS[key]:.1f}x: {verdict})")
+                     f"= {q[key]:.2f}x  (goal {GOALS[key]:.1f}x: {verdict})  load {la[spark_key]}/{la[other_key]}")
     lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s")
     lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
                  ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
