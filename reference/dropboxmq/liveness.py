@@ -52,7 +52,7 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
         data = clients.read_from(fd)
     finally:
         os.close(fd)
-    return ("dead" if leases.OBSERVER.expired((str(root), client_id), data) else "alive"), True
+    return ("dead" if leases.OBSERVER.expired((str(root), client_id), data, clients.record_lease(data)) else "alive"), True
 
 
 def settle_leases(root: Path, timeout: float | None = None) -> None:
