@@ -209,7 +209,7 @@ def _linked_names(box, state: State) -> set[tuple[int, str]]:
 
 def redelivery_name(original: str) -> str:
     """The name a dead owner's processing/ entry goes back to target/ under: it must carry
-    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
+    a delivery count (trace_rules.COUNT_RULES), or the next delivery would say
     JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
     one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
     kept name that already carries n cannot be told from a stamped one: it stays, so the
