@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from dropboxmq import clients, leases, liveness as liveness_mod, store
+from dropboxmq import clients, collisions, leases, liveness as liveness_mod, store
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
 from dropboxmq.errors import InvalidClientIDError, LeaseExpiredError, MessageTakenError
@@ -138,8 +138,6 @@ def test_a_lost_move_out_of_processing_leaves_no_second_name(root, monkeypatch, 
 def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_renameat2):
     """sshfs: a losing link() answers EPERM; SMB: every link() does.  The first is the name being
     taken (the message goes under a name of its own), the second no reason to fail a send."""
-    from dropboxmq import codec
-
     box = Dropbox(root / "Q1" / "incoming").ensure()
     real_link = os.link
 
@@ -152,7 +150,7 @@ def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_re
     _sent(box, body=b"first")
     _sent(box, body=b"second")
     assert box.read(State.NEW, NAME) == b"first"
-    assert box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"second"
+    assert box.read(State.NEW, collisions.disambiguated(NAME, 2)) == b"second"
 
     def always_eperm(src, dst, **kw):
         raise PermissionError(errno.EPERM, "Operation not permitted", dst)

@@ -164,7 +164,6 @@ __all__ = [
     "first_delivery",
     "now_ms",
     "name_delivery_count",
-    "disambiguated",
     "without_delivery_count",
     "processing_name",
     "split_processing_name",
@@ -574,27 +573,6 @@ def with_delivery_count(name: str, count: int) -> str:
     if _name_bytes(result) > MAX_NAME_BYTES:
         return name
     return result
-
-
-def disambiguated(name: str, n: int) -> str | None:
-    """Another name for the message ``name`` when a file of that name is already where it
-    goes (a foreign program dropped ``latest.csv`` twice): ``_<n>`` appended to its message
-    id -- the id field of a message name, the first field of any other -- so every header
-    reads the same and the id is new.  ``_`` never turns a field into a number, so a name
-    stays as parseable as it was.  The id is cut to keep 255 bytes; None if it cannot be."""
-    parsed = split_name(name)
-    fields = parsed[1] if parsed is not None else name.split(".")
-    at = 1 if parsed is not None else 0
-    suffix = f"_{n}"
-    field = fields[at]
-    while True:
-        fields[at] = field + suffix
-        candidate = ".".join(fields)
-        if _name_bytes(candidate) <= MAX_NAME_BYTES:
-            return candidate
-        if len(field) <= 1:
-            return None
-        field = field[:-1]
 
 
 def name_delivery_count(name: str) -> int:

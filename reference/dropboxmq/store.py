@@ -20,7 +20,6 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
-import itertools
 import os
 import stat
 import sys
@@ -34,7 +33,7 @@ from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
     "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "Entry", "fsync_dir", "Dropbox",
-    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes",
+    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
     "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
 ]
 
@@ -422,13 +421,15 @@ class Dropbox:
                 return self.move(move, source, name, new_name, durable=durable)
             return False
         except FileExistsError:
+            from . import collisions  # (a name taken where the message goes: rare)
+
             if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
                 # A foreign producer reused a name: keep both, never overwrite.
-                return self._move_aside(self.file(source, name), destination, dst_name, rename)
+                return collisions.move_aside(self, self.file(source, name), destination, dst_name, rename)
             if destination is State.NEW:
                 # target/ already holds a message of that name (a foreign file dropped twice):
                 # this one goes under a name of its own -- never a failed send, never lost.
-                moved = self._send_aside(self.file(source, name), dst_name, rename)
+                moved = collisions.send_aside(self, self.file(source, name), dst_name, rename)
                 if moved and durable:
                     self.sync(destination)
                 return moved
@@ -439,35 +440,6 @@ class Dropbox:
         if durable:
             self.sync(destination)
         return True
-
-    def _send_aside(self, src: str, name: str, rename: Callable[[str, str], None]) -> bool:
-        """Rename ``src`` into target/ under the first free ``codec.disambiguated`` name."""
-        from . import codec
-
-        names = (codec.disambiguated(name, n) for n in range(2, 1000))
-        return self._rename_to_free_name(src, State.NEW, itertools.takewhile(lambda n: n is not None, names),
-                                         "send aside", rename)
-
-    def _move_aside(self, src: str, destination: State, name: str, rename: Callable[[str, str], None]) -> bool:
-        names = (cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES) for n in range(1, 1000))
-        return self._rename_to_free_name(src, destination, names, "move aside", rename)
-
-    def _rename_to_free_name(self, src: str, destination: State, names: Iterable[str | None], what: str,
-                             rename: Callable[[str, str], None]) -> bool:
-        """Rename ``src`` into ``destination`` under the first of ``names`` not taken there
-        (False: ``src`` is gone, another process moved it)."""
-        for other in names:
-            assert other is not None
-            try:
-                rename(src, self.file(destination, other))
-                return True
-            except FileExistsError:
-                continue
-            except FileNotFoundError:
-                return False
-            except OSError as exc:
-                raise store_error(what, src, exc) from exc
-        raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
     def open_body(self, state: State, name: str) -> BinaryIO:
@@ -639,29 +611,6 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def cut_to_bytes(name: str, limit: int) -> str:
-    """``name`` cut to at most ``limit`` bytes on disk, never inside a character (names are
-    bytes-safe text: undecodable bytes travel as surrogateescape)."""
-    raw = os.fsencode(name)
-    if len(raw) <= limit:
-        return name
-    return os.fsdecode(_whole_chars(raw[:limit]))
-
-
-def _whole_chars(raw: bytes) -> bytes:
-    """``raw`` without a multi-byte UTF-8 character cut at its end."""
-    for back in range(1, 4):
-        if len(raw) < back:
-            break
-        b = raw[-back]
-        if b < 0x80:
-            break  # ASCII: nothing cut
-        if b >= 0xC0:  # a lead byte: does its character fit in the bytes left?
-            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-            return raw if need <= back else raw[:-back]
-    return raw
 
 
 def ensure_dir(path: str | Path) -> None:
