@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import functools
 import importlib.metadata
@@ -26,6 +25,7 @@ from rich.table import Table
 from . import __version__, extras
 from .cli_root import require_root
 from .errors import DropboxMQError
+from .hints import did_you_mean
 from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
@@ -741,8 +741,7 @@ def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
     known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, known)
     raise click.ClickException(f"no queue {name!r} under {root}{hint} (create it with 'dropboxmq init {name}' "
                                "or --create)")
 
@@ -1129,9 +1128,7 @@ def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
         known = [name for name, _ in _all_dropboxes(root)]
         for name in destinations:
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise click.UsageError(f"no destination {name!r} under {root}{hint}")
+                raise click.UsageError(f"no destination {name!r} under {root}{did_you_mean(name, known)}")
 
     def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
         return _queue_stats(root, destinations)

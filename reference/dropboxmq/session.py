@@ -151,20 +151,14 @@ class Session:
     def create_temporary_queue(self) -> "TemporaryQueue":
         """A queue removed by ``delete()`` or when this connection closes; only this
         connection may consume."""
-        from .temporary import TemporaryQueue, temporary_name  # (rarely used: not imported with the session)
+        from . import temporary  # (rarely used: not imported with the session)
 
-        q = TemporaryQueue(temporary_name(self.connection.client_id), self.connection)
-        layout.queue_box(self.connection.root, q).ensure()
-        self.connection._temporary.append(q)
-        return q
+        return temporary.create_queue(self)
 
     def create_temporary_topic(self) -> "TemporaryTopic":
-        from .temporary import TemporaryTopic, temporary_name
+        from . import temporary
 
-        t = TemporaryTopic(temporary_name(self.connection.client_id), self.connection)
-        os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
-        self.connection._temporary.append(t)
-        return t
+        return temporary.create_topic(self)
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
