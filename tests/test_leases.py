@@ -322,7 +322,7 @@ def test_a_second_registration_of_a_live_id_on_another_host_is_refused(root, oth
         owner_clock.advance(seconds)
         first.renew()
 
-    monkeypatch.setattr(clients, "sleep", wait)
+    monkeypatch.setattr(leases, "sleep", wait)
     try:
         with pytest.raises(InvalidClientIDError, match="another host"):
             Registration(root, "a", lease=10.0, clock=Clock(), renew_in_background=False)
@@ -338,7 +338,7 @@ def test_a_dead_owners_id_is_taken_over_once_its_lease_ran_out(root, other_hosts
         waited.append(seconds)
         other_hosts.advance(seconds)
 
-    monkeypatch.setattr(clients, "sleep", wait)
+    monkeypatch.setattr(leases, "sleep", wait)
     second = Registration(root, "a", lease=10.0, clock=Clock(), renew_in_background=False)
     second.release()
     assert sum(waited) > leases.DEAD_AFTER * 10.0

@@ -106,10 +106,6 @@ def _read_record(path: Path) -> bytes | None:
         os.close(fd)
 
 
-#: how the registration waits for another host's lease to run out (tests replace it)
-sleep: Callable[[float], None] = time.sleep
-
-
 def clients_dir(root: Path) -> Path:
     return Path(root) / "dropboxmq" / "clients"
 
@@ -167,7 +163,12 @@ class Registration:
             if self.leased:
                 from . import leases  # (only where a free flock proves nothing)
 
-                self._wait_for_other_hosts(fd)
+                first = read_from(fd)  # empty: a new file, or one a crash left empty (no lease in it)
+                if first.strip() and not leases.wait_for_other_hosts(
+                        (str(self.root), client_id), first, record_lease(first), lambda: _read_record(self.path)):
+                    raise InvalidClientIDError(
+                        f"client id {client_id!r} is in use by a live connection on another host "
+                        "(its lease was renewed)")
                 self._renewer = leases.Renewer(self._write_beat, lease, clock or time.monotonic)
             self._fd: int | None = fd
             self._write_lock = threading.Lock()
@@ -180,29 +181,6 @@ class Registration:
             raise
         if renew_in_background and self._renewer is not None:
             self._renewer.start()
-
-    def _wait_for_other_hosts(self, fd: int) -> None:
-        """Our flock proves nothing about other hosts here: if the file holds a lease record,
-        take the id over only once that record has stayed unchanged past its bound (the owner
-        died, or was fenced); InvalidClientIDError if it is renewed meanwhile."""
-        from . import leases
-
-        first = read_from(fd)
-        if not first.strip():
-            return  # a new file, or one a crash left empty: no owner ever wrote a lease in it
-        key = (str(self.root), self.client_id)
-        while not leases.OBSERVER.expired(key, first, record_lease(first)):
-            data = _read_record(self.path)
-            if data is None or not data.strip():
-                return  # its owner closed cleanly meanwhile
-            if data != first:
-                raise InvalidClientIDError(
-                    f"client id {self.client_id!r} is in use by a live connection on another host "
-                    "(its lease was renewed)")
-            at = leases.OBSERVER.decided_at(key)
-            sleep(max(0.05, min(leases.RENEW_EVERY * record_lease(first) / 2,  # (past the bound, not at it)
-                                (at or 0.0) - leases.OBSERVER.clock() + 0.01)))
-        leases.OBSERVER.forget(key)
 
     def _write_beat(self, beat: int) -> None:
         data = record(self.lease, beat)

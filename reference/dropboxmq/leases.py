@@ -41,7 +41,7 @@ from typing import Callable
 
 from .errors import LeaseExpiredError
 
-__all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER"]
+__all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER", "wait_for_other_hosts"]
 
 #: fractions of the lease: the owner renews every RENEW_EVERY, fences itself FENCE_AFTER after the
 #: start of its last renewal that counted; an observer declares it dead past DEAD_AFTER unchanged
@@ -83,6 +83,28 @@ class Observer:
 
 #: the process's observer: every liveness question of this process goes through it
 OBSERVER = Observer()
+
+
+#: how a registration waits for another host's lease to run out (tests replace it)
+sleep: Callable[[float], None] = time.sleep
+
+
+def wait_for_other_hosts(key: tuple[str, str], first: bytes, lease: float, read: Callable[[], bytes | None]) -> bool:
+    """A registration whose flock proves nothing about other hosts found the record ``first``
+    (declaring ``lease``) in its file: take the id over only once that record has stayed
+    unchanged past its bound (the owner died, or was fenced).  ``read()`` reads the record again
+    (None: gone).  False if it was renewed meanwhile: the id is in use on another host."""
+    while not OBSERVER.expired(key, first, lease):
+        data = read()
+        if data is None or not data.strip():
+            return True  # its owner closed cleanly meanwhile
+        if data != first:
+            return False
+        at = OBSERVER.decided_at(key)
+        sleep(max(0.05, min(RENEW_EVERY * lease / 2,  # (past the bound, not at it)
+                            (at or 0.0) - OBSERVER.clock() + 0.01)))
+    OBSERVER.forget(key)
+    return True
 
 
 class Renewer:
