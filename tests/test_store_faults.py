@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dropboxmq import collisions, groupsync, layout, store
+from dropboxmq import collisions, groupsync, layout, netfs, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
@@ -124,7 +124,9 @@ def test_permission_denied_on_create(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
-        monkeypatch.setattr(store, "os", FakeOs(open=failing(errno.EACCES)))
+        refusing = FakeOs(open=failing(errno.EACCES))
+        monkeypatch.setattr(store, "os", refusing)
+        monkeypatch.setattr(netfs, "os", refusing)  # (where a refused create is looked at again)
         with pytest.raises(StoreError, match="permission denied") as info:
             p.send(TextMessage(body=b"x"))
         monkeypatch.undo()

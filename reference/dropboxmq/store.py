@@ -83,85 +83,42 @@ def _dir_fd(fd: int) -> int | None:
     return None if fd == _AT_FDCWD else fd
 
 
-def _exists(path: str, dir_fd: int) -> bool:
-    try:
-        os.lstat(path, dir_fd=_dir_fd(dir_fd))
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
     """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
     directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
     For a source nobody else moves (working/, a log): a source others may be moving at the
     same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
 
-    renameat2(RENAME_NOREPLACE) where the kernel and file system support it.
-    Elsewhere link()+unlink(): never replaces either, and a crash between the
-    two leaves both names on one inode, which recovery resolves (same inode in
-    working/ and target/ = sent).  The unlink is then synced (the source directory
-    fsynced): a rename is one atomic step, two calls are not, and a power loss must
-    not keep a later move while undoing this unlink (one message under two names in
-    two states; PROTOCOL.md Durability D5).  Network file systems (issue 28): a losing
-    link() may answer EPERM (sshfs; SMB always does), and GlusterFS may answer EEXIST
-    with no file there; only a destination seen to exist is FileExistsError.  If the source
-    vanished between the link and the unlink (someone else moved it), the link is undone:
-    a second name for one file is never left behind.
+    renameat2(RENAME_NOREPLACE) where the kernel and file system support it; elsewhere
+    ``netfs.link_rename`` (link()+unlink()), whose unlink is then synced (the source
+    directory fsynced): a rename is one atomic step, two calls are not, and a power loss must
+    not keep a later move while undoing this unlink (one message under two names in two
+    states; PROTOCOL.md Durability D5).
     """
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
-    for attempt in range(3):
-        try:
-            os.link(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd),
-                    follow_symlinks=False)
-            break
-        except (FileExistsError, PermissionError) as exc:
-            if _exists(dst, dst_dir_fd):
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
-            if not _exists(src, src_dir_fd):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
-            if exc.errno == errno.EPERM or attempt == 2:
-                _rename_checked(src, dst, src_dir_fd, dst_dir_fd)  # no link() here (SMB): check, rename
-                return
-            # EEXIST with no file there (GlusterFS under a race): try again
-    try:
-        os.unlink(src, dir_fd=_dir_fd(src_dir_fd))
-    except FileNotFoundError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(dst, dir_fd=_dir_fd(dst_dir_fd))  # someone moved the source: ours is a second name
-        raise
+    from . import netfs  # (no renameat2 here: a network file system)
+
+    if not netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd)):
+        return  # renamed after all (no link() here)
     if src_dir_fd == _AT_FDCWD:
         fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
     else:
         os.fsync(src_dir_fd)
 
 
-def _rename_checked(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
-    """rename() after checking that ``dst`` is free: FileExistsError if it is not."""
-    if _exists(dst, dst_dir_fd):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst)
-    os.rename(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd))
-
-
 def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
     """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
     CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
     them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
-    if ``dst`` exists.
-
-    renameat2(RENAME_NOREPLACE) where supported.  Elsewhere a plain rename() after checking
-    that ``dst`` is free: the source vanishing in one step is the exclusivity.  Never link() +
-    unlink(): two movers can each link the same file under their own names, and the loser's
-    second name (same inode) is a stale copy that recovery would later deliver again (the
-    MooseFS duplicates of issue 28).  The check and the rename are two steps: a destination
-    created between them is replaced, which a claim or an ACK cannot meet (their destination
-    names the owner, who alone makes it) and a REDELIVER only if a foreign producer drops the
-    very same name into target/ in that instant.
+    if ``dst`` exists.  renameat2(RENAME_NOREPLACE) where supported, else
+    ``netfs.checked_rename`` (never link()+unlink(): see there).
     """
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
-    _rename_checked(src, dst, src_dir_fd, dst_dir_fd)
+    from . import netfs  # (no renameat2 here: a network file system)
+
+    netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 # ---------------------------------------------------------------- one dropbox
@@ -500,19 +457,14 @@ def _copy_file(src: int, dst: int) -> None:
 
 
 def _open_exclusive(path: str, dir_fd: int) -> int:
-    """open(O_CREAT|O_EXCL), where an EEXIST must be a file that exists: GlusterFS answered EEXIST
-    to both of two racing creates and left no file (issue 28), so a phantom EEXIST is tried
-    again; a losing create's EPERM (sshfs) is the EEXIST it means."""
-    for attempt in range(3):
-        try:
-            return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
-        except (FileExistsError, PermissionError) as exc:
-            there = _exists(path, dir_fd)
-            if there and exc.errno == errno.EPERM:
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
-            if there or exc.errno == errno.EPERM or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    """open(O_CREAT|O_EXCL); a refusal is judged by ``netfs.open_refused`` (a network file
+    system's EEXIST may be a phantom, its EPERM the EEXIST it means)."""
+    try:
+        return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
+    except (FileExistsError, PermissionError) as exc:
+        from . import netfs
+
+        return netfs.open_refused(path, _dir_fd(dir_fd), _O_CREATE, exc)
 
 
 class NotARegularFile(OSError):
