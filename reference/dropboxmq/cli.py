@@ -734,13 +734,13 @@ def receive(ctx, queue, selector, create, **options) -> None:
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import codec, layout
+    from . import codec, inventory, layout
 
     queue = Queue(name)
     if create or layout.queue_box(ctx.obj["root"], queue).exists() or codec.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
-    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    known = [n for n, _ in inventory.all_dropboxes(root) if not n.startswith("topic:")]
     hint = did_you_mean(name, known)
     raise click.ClickException(f"no queue {name!r} under {root}{hint} (create it with 'dropboxmq init {name}' "
                                "or --create)")
@@ -1162,9 +1162,9 @@ def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
 
 
 def _all_dropboxes(root: Path):
-    from . import layout
+    from . import inventory
 
-    return layout.all_dropboxes(root)
+    return inventory.all_dropboxes(root)
 
 
 def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
@@ -1416,12 +1416,12 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
       dropboxmq prune --older-than 7d
       dropboxmq prune orders --older-than 30d --state error --dry-run
     """
-    from . import layout
+    from . import inventory, layout
     from .retention import PruneResult, prune as prune_box
 
     root = require_root(ctx)
     boxes = [(q, layout.queue_box(root, _known_queue(ctx, q, create=False))) for q in queues] \
-        or list(layout.all_dropboxes(root))
+        or list(inventory.all_dropboxes(root))
     total = PruneResult()
     for name, box in boxes:
         done = prune_box(box, states, older_than, dry_run, root=root)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from . import layout
+from . import inventory
 from .errors import QueueNotFoundError, RootNotFoundError
 from .message import Queue
 
@@ -35,6 +35,6 @@ def root_not_found(root: Path) -> RootNotFoundError:
 
 def missing_queue(root: Path, queue: Queue) -> QueueNotFoundError:
     """The error for a queue that does not exist under ``root``, with a did-you-mean."""
-    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
+    known = [n for n, _ in inventory.all_dropboxes(root) if not n.startswith("topic:")]
     return QueueNotFoundError(f"no queue {queue.name!r} under {root}{did_you_mean(queue.name, known)} (create it "
                               f"with connection.create_queue({queue.name!r}) or 'dropboxmq init {queue.name}')")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import claims, codec, layout, retention
+from . import claims, codec, inventory, layout, retention
 from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
 from .store import Dropbox, NotARegularFile, ensure_plain_dir
@@ -140,7 +140,7 @@ def recover(
         cutoff = time.time() - orphan_age
         report.unfinished_removed = sweep_unfinished(root, cutoff)
         now = now_ms()
-        for _, box in layout.all_dropboxes(root):
+        for _, box in inventory.all_dropboxes(root):
             report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)
             _sweep_working(root, box, cutoff, quarantine_orphans, report)
             report.claim_entries_removed += claims.sweep_stale(box, cutoff)
@@ -241,7 +241,7 @@ def reclaim_own_leftovers(root: Path, client_id: str) -> int:
     if holds_claims(root, client_id):
         return 0
     moved = 0
-    for _, box in layout.all_dropboxes(root):
+    for _, box in inventory.all_dropboxes(root):
         for pname in box.list(State.DELIVERED):
             client, original = codec.split_processing_name(pname)
             if client == client_id:
