@@ -202,19 +202,6 @@ class Connection:
         except (OSError, StoreError) as exc:
             log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
 
-    def _has_pending_work(self, box: Dropbox) -> bool:
-        """Does a session of this connection hold messages of ``box`` in an open transaction or
-        delivered and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
-        rel = os.path.relpath(box.path, self.root)
-        for s in list(self._sessions):
-            with s._lock:
-                s._flush_lazy_acks()
-                if s._tx is not None and any(e.box == rel for e in s._tx.entries):
-                    return True
-                if any(d.box.path == box.path for d in s._unacked):
-                    return True
-        return False
-
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("connection is closed")
