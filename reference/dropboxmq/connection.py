@@ -83,7 +83,7 @@ class Connection:
             try:
                 os.makedirs(self.root, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                pass  # check_root says what stands in the way
+                pass  # hints.root_not_found says what stands in the way
         if not self.root.is_dir():
             from .hints import root_not_found  # (the error's did-you-mean)
 
