@@ -19,7 +19,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from dropboxmq.lifecycle import STATE_DIRS, State, state_of_directory
+from dropboxmq.lifecycle import STATE_DIRS, State
+from dropboxmq.trace_rules import state_of_directory
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1

@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from dropboxmq.lifecycle import PROCESS_ACTIONS, Move
+from dropboxmq.lifecycle import Move
+from dropboxmq.trace_rules import PROCESS_ACTIONS
 from .tlc import EXIT_INVARIANT, EXIT_OK, EXIT_PROPERTY, TlcResult, run_tlc, sany, spec_dir
 
 __all__ = ["ACTION_PROPERTIES", "ALL_ACTIONS", "CI_MODELS", "DEEP_MODELS", "LIFECYCLE_ACTIONS", "Model", "Outcome",

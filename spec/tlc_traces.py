@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from dropboxmq.lifecycle import PURGEABLE, Actor, Move, State, count_ok, state_of_directory
+from dropboxmq.lifecycle import Move, State
+from dropboxmq.trace_rules import ACTORS, PURGEABLE, Actor, count_ok, state_of_directory
 from .tlc import EXIT_OK, run_tlc, spec_dir
 from .grammar import leaf, locate, locate_log, owner_of
 from .trace import TraceError, by_recovery, count_of, death_of, load_trace, move_of, original_name
@@ -133,14 +134,14 @@ _EVENT_ACTORS = {"CloseWrite": Actor.PRODUCER, "Crash": Actor.ANYONE}
 
 def _actors(rec: dict) -> str:
     """The processes whose private steps (listener runs, restarts...) may come right
-    before this event, as a TLA+ set: the one that makes its move (Move.actor), or
+    before this event, as a TLA+ set: the one that makes its move (trace_rules.ACTORS), or
     every process when the trace does not say who (log events, moves the table lacks)."""
     act = rec["act"].strip('"')
     if act in _EVENT_ACTORS:
         actor = _EVENT_ACTORS[act]
     else:
         try:
-            actor = Move(act).actor
+            actor = ACTORS[Move(act)]
         except ValueError:
             return "Proc"
     field = _ACTOR_FIELD[actor]
@@ -161,7 +162,7 @@ def _model_count(src: str, dst: str, prev_n: int, prev_k: int, cnt: int) -> int:
 
     In target/ the name carries n itself (TLC checks Send and Redeliver against it).  Out
     of target/ the model keeps n (deliveries so far = n + 1) and the name may keep its
-    count or be stamped (lifecycle.COUNT_RULES, the same table the replay uses); a name
+    count or be stamped (trace_rules.COUNT_RULES, the same table the replay uses); a name
     outside that family stands for no state of the model (NO_MODEL_COUNT), so TLC rejects
     the step."""
     if dst == "target":

@@ -10,7 +10,7 @@ one place that reads it:
   ``grammar.locate_log`` and ``grammar.owner_of`` (the one reading of paths and names,
   from PROTOCOL.md); the delivery count a name carries (``count_of``);
 * which move a record makes (``move_of``) and which process makes it
-  (``lifecycle.Move.actor``, resolved by ``mover``);
+  (``trace_rules.ACTORS``, resolved by ``mover``);
 * deaths: a ``kill`` record (the suite killed a process; ``clients`` are its client
   ids, ``role`` what it ran) -- the only way a process dies in a trace, so a
   recovery may take a message from its holder only after one; a record with
@@ -27,7 +27,8 @@ from pathlib import Path
 
 from . import grammar
 from .grammar import KILL, Loc, leaf
-from dropboxmq.lifecycle import Actor, IllegalMove, Move, State, move_between
+from dropboxmq.lifecycle import IllegalMove, Move, State
+from dropboxmq.trace_rules import ACTORS, Actor, move_between
 
 __all__ = [
     "FILE_OPS", "OPS", "PRODUCER_ROLES", "TraceError", "original_name", "message_id", "count_of", "move_of", "mover",
@@ -71,9 +72,9 @@ def move_of(source: State, destination: State) -> Move | None:
 def mover(move: Move, source: Loc | None, destination: Loc | None) -> Actor:
     """Who made ``move`` of a file from ``source`` to ``destination``: its Actor, with HOLDER
     read as ANYONE when the source is no processing/ file (EXPIRE out of target/)."""
-    if move.actor is Actor.HOLDER and (source is None or source.state is not State.DELIVERED):
+    if ACTORS[move] is Actor.HOLDER and (source is None or source.state is not State.DELIVERED):
         return Actor.ANYONE
-    return move.actor
+    return ACTORS[move]
 
 
 def by_recovery(rec: dict) -> bool:

@@ -25,8 +25,9 @@ from dropboxmq.codec import (
     encode_name,
     processing_name,
     split_processing_name,
+    in_delivery_order,
+    key_priority,
     sort_key,
-    sort_rank,
     with_delivery_count,
 )
 from dropboxmq.errors import MessageFormatError, NameTooLongError
@@ -57,6 +58,12 @@ _specials = st.sampled_from(list(".%&=~+ *-_/\\:ü€😀\x00\t") + ["%2E", ".."
 _chars = st.characters(blacklist_categories=("Cs",))  # any code point but lone surrogates
 texts = st.lists(st.one_of(_specials, _chars), max_size=8).map("".join)
 nonempty_texts = st.lists(st.one_of(_specials, _chars), min_size=1, max_size=8).map("".join)
+
+
+def key_parts(key: int) -> tuple[int, int, int]:
+    """(priority, kind, id prefix) of a sort key, what it compares in turn: kind 0 is a 1.2-style
+    id, 1 a foreign id, 2 an unparseable name."""
+    return -key_priority(key) - codec._INT_MIN, (key >> codec._KEY_ID_BITS) & 3, key & ((1 << codec._KEY_ID_BITS) - 1)
 
 
 def _dest(cls):
@@ -349,7 +356,7 @@ def test_name_round_trip(msg):
     if m:
         assert back.timestamp == int(m.group(1)) // 1000
     assert encode_name(back) == name  # stable: decode then encode is byte-identical
-    assert sort_key(name)[0] == -msg.priority
+    assert key_parts(sort_key(name))[0] == msg.priority
 
 
 def test_name_layout_and_escapes():
@@ -456,7 +463,7 @@ def test_unparseable_names(name):
         assert msg.timestamp == 1234 and msg.priority == 4
         assert msg.expiration == 0 and msg.correlation_id is None and msg.reply_to is None
         assert msg.jms_type is None and msg.delivery_count == 1 and not msg.redelivered
-    assert sort_key(name) == (-4, 2, 0, name)
+    assert key_parts(sort_key(name)) == (4, 2, 0)
 
 
 def test_unparseable_timestamp_defaults_to_clock():
@@ -485,8 +492,8 @@ def test_decode_name_never_raises(name):
     msg = codec._decode_name_strict(name, 99, "B", False)  # the path without the safety net
     assert isinstance(msg, Message)
     assert decode_name(name, claimed=True).message_id.startswith("ID:")
-    key = sort_key(name)
-    assert -key[0] == msg.priority
+    key = key_parts(sort_key(name))
+    assert key[0] == msg.priority
     assert (key[1] == 2) == (msg.message_id == "ID:" + name)
     if key[1] == 0:
         assert key[2] // 1000 == msg.timestamp
@@ -501,8 +508,8 @@ near_names = st.from_regex(
 @given(near_names)
 def test_decode_near_valid_names(name):
     msg = codec._decode_name_strict(name, 99, "B", False)
-    key = sort_key(name)
-    assert -key[0] == msg.priority
+    key = key_parts(sort_key(name))
+    assert key[0] == msg.priority
     assert (key[1] == 2) == (msg.message_id == "ID:" + name)
     if key[1] == 0:
         assert key[2] // 1000 == msg.timestamp
@@ -575,7 +582,7 @@ def test_with_delivery_count_round_trip(msg, k):
     assert same_props({n: p for n, p in back.properties.items() if n != DC},
                       {n: p for n, p in decode_name(name).properties.items() if n != DC})
     assert with_delivery_count(claimed, k) == claimed
-    assert sort_key(claimed)[:3] == sort_key(name)[:3]
+    assert sort_key(claimed) == sort_key(name)
 
 
 # ---------------------------------------------------------------- processing names
@@ -620,7 +627,7 @@ def test_sort_key_order():
         "aaa",
         "4.1795308179679000-1.T",
     ]
-    assert sorted(names, key=sort_key) == [
+    assert in_delivery_order(names) == [
         "9.1795308179690000-1.T",
         "4.1795308179679000-1.T",
         "4.1795308179679000-9.B",
@@ -632,7 +639,8 @@ def test_sort_key_order():
         "0.1795308179600000-1.T",
     ]
     # fast path and slow path agree (escaped digits take the slow path)
-    assert sort_key("4.%31%32-3.T")[:3] == sort_key("4.12-3.T")[:3]
+    assert sort_key("4.%31%32-3.T") == sort_key("4.12-3.T")
+    assert key_priority(sort_key("4.zzz.T")) == key_priority(sort_key("4.1-1.T")) < key_priority(sort_key("3.1-1.T"))
 
 
 _rank_names = st.one_of(
@@ -644,12 +652,20 @@ _rank_names = st.one_of(
 )
 
 
-@given(st.lists(_rank_names, max_size=12))
-def test_sort_rank_orders_as_sort_key_does(names):
-    """A consumer sorts by the packed rank; it must agree with the key (names equal by key
-    may come in either order: the scanner breaks those ties by name itself)."""
-    by_rank = sorted(names, key=lambda n: (sort_rank(n), n))
-    assert [sort_key(n) for n in by_rank] == sorted(sort_key(n) for n in names)
+@given(_rank_names)
+def test_sort_key_reads_what_the_full_decode_reads(name):
+    """The key's cheap reading of a name's head (and its general one, for any other name)
+    agrees with decode_name: the priority, whether the id is 1.2's, and its numeric prefix."""
+    msg = decode_name(name, now_ms=0)
+    priority, kind, ident = key_parts(sort_key(name))
+    assert priority == msg.priority
+    m = re.fullmatch(r"ID:(\d{1,30})-\d{1,30}", msg.message_id or "")
+    if msg.message_id == "ID:" + name:
+        assert (kind, ident) == (2, 0)  # unparseable
+    elif m is not None:
+        assert (kind, ident) == (0, int(m.group(1)))
+    else:
+        assert (kind, ident) == (1, 0)
 
 
 def test_sort_key_keeps_send_order_within_a_millisecond():
@@ -657,6 +673,7 @@ def test_sort_key_keeps_send_order_within_a_millisecond():
     names = [encode_name(TextMessage(message_id=i, priority=5)) for i in ids]
     shuffled = sorted(names, key=lambda n: n.split("-")[1])  # any other order
     assert sorted(shuffled, key=sort_key) == names
+    assert in_delivery_order(shuffled) == names
 
 
 # ---------------------------------------------------------------- bodies

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import clients, codec, layout
+from dropboxmq import clients, codec, inventory, layout
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State
@@ -171,7 +171,7 @@ def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
     finally:
         tracemalloc.stop()
     assert peak < size // 4, f"distribute's peak was {peak} bytes for a {size}-byte drop"
-    sub = [b for _, b in layout.all_dropboxes(root) if b.path.name.startswith("s")]
+    sub = [b for _, b in inventory.all_dropboxes(root) if b.path.name.startswith("s")]
     assert len(sub) == 1 and [os.path.getsize(sub[0].file(State.NEW, n)) for n in sub[0].list(State.NEW)] == [size]
 
 

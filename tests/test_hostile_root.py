@@ -257,7 +257,7 @@ def test_8_a_254_byte_multibyte_name_dropped_twice_is_acked_twice(root):
 
 
 def test_8_cut_to_bytes_never_splits_a_character():
-    from dropboxmq.store import cut_to_bytes
+    from dropboxmq.collisions import cut_to_bytes
 
     assert cut_to_bytes("1~" + "é" * 127, 255) == "1~" + "é" * 126
     assert cut_to_bytes("ab", 255) == "ab"

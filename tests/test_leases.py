@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from dropboxmq import clients, leases, liveness as liveness_mod, store
+from dropboxmq import clients, collisions, leases, liveness as liveness_mod, netfs, store
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
 from dropboxmq.errors import InvalidClientIDError, LeaseExpiredError, MessageTakenError
@@ -50,6 +50,12 @@ class FakeOs:
 
     def __getattr__(self, name):
         return getattr(os, name)
+
+
+def _use_os(monkeypatch, fake) -> None:
+    """``fake`` as the ``os`` of the store and of its paths without renameat2 (netfs.py)."""
+    monkeypatch.setattr(store, "os", fake)
+    monkeypatch.setattr(netfs, "os", fake)
 
 
 @pytest.fixture
@@ -96,12 +102,12 @@ def test_two_claims_of_one_file_leave_one_claim_and_no_second_link(root, monkeyp
         def step(*args, **kwargs):
             out = call(*args, **kwargs)
             if not results:  # right after the first claimer's first step, the second claims
-                monkeypatch.setattr(store, "os", os)
+                _use_os(monkeypatch, os)
                 results.append(other.move(Move.CLAIM, State.NEW, NAME, "b~" + NAME))
             return out
         return step
 
-    monkeypatch.setattr(store, "os", FakeOs(link=then_the_other_claims(real_link),
+    _use_os(monkeypatch, FakeOs(link=then_the_other_claims(real_link),
                                            rename=then_the_other_claims(real_rename)))
     results.insert(0, box.move(Move.CLAIM, State.NEW, NAME, "a~" + NAME))
     assert sorted(results) == [False, True]
@@ -123,12 +129,12 @@ def test_a_lost_move_out_of_processing_leaves_no_second_name(root, monkeypatch, 
         def step(*args, **kwargs):
             out = call(*args, **kwargs)
             if not done:
-                monkeypatch.setattr(store, "os", os)
+                _use_os(monkeypatch, os)
                 done.append(Dropbox(box.path).move(Move.REDELIVER, State.DELIVERED, "a~" + NAME, NAME))
             return out
         return step
 
-    monkeypatch.setattr(store, "os", FakeOs(link=then_recovery(real_link), rename=then_recovery(real_rename)))
+    _use_os(monkeypatch, FakeOs(link=then_recovery(real_link), rename=then_recovery(real_rename)))
     acked = box.move(Move.ACK, State.DELIVERED, "a~" + NAME)
     assert [acked, *done].count(True) == 1
     c = counts(root, "Q1")
@@ -138,8 +144,6 @@ def test_a_lost_move_out_of_processing_leaves_no_second_name(root, monkeypatch, 
 def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_renameat2):
     """sshfs: a losing link() answers EPERM; SMB: every link() does.  The first is the name being
     taken (the message goes under a name of its own), the second no reason to fail a send."""
-    from dropboxmq import codec
-
     box = Dropbox(root / "Q1" / "incoming").ensure()
     real_link = os.link
 
@@ -148,16 +152,16 @@ def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_re
             raise PermissionError(errno.EPERM, "Operation not permitted", dst)
         return real_link(src, dst, **kw)
 
-    monkeypatch.setattr(store, "os", FakeOs(link=eperm_when_taken))
+    _use_os(monkeypatch, FakeOs(link=eperm_when_taken))
     _sent(box, body=b"first")
     _sent(box, body=b"second")
     assert box.read(State.NEW, NAME) == b"first"
-    assert box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"second"
+    assert box.read(State.NEW, collisions.disambiguated(NAME, 2)) == b"second"
 
     def always_eperm(src, dst, **kw):
         raise PermissionError(errno.EPERM, "Operation not permitted", dst)
 
-    monkeypatch.setattr(store, "os", FakeOs(link=always_eperm))
+    _use_os(monkeypatch, FakeOs(link=always_eperm))
     _sent(box, "5.1140429201295000-9262574723.T", b"third")
     assert box.read(State.NEW, "5.1140429201295000-9262574723.T") == b"third"
     assert ls(root, "Q1", "working") == []
@@ -178,7 +182,7 @@ def test_an_eexist_that_proves_nothing_is_tried_again(root, monkeypatch, no_rena
             return call(*args, **kwargs)
         return step
 
-    monkeypatch.setattr(store, "os", FakeOs(open=phantom("open", real_open), link=phantom("link", real_link)))
+    _use_os(monkeypatch, FakeOs(open=phantom("open", real_open), link=phantom("link", real_link)))
     _sent(box, body=b"one")
     assert phantoms == {"open": 0, "link": 0}
     assert ls(root, "Q1", "target") == [NAME] and box.read(State.NEW, NAME) == b"one"
@@ -194,7 +198,7 @@ def test_a_link_whose_source_vanished_is_undone(tmp_path, monkeypatch, no_rename
         real_link(src, dst, **kw)
         os.rename(src, tmp_path / "elsewhere")
 
-    monkeypatch.setattr(store, "os", FakeOs(link=link_then_taken))
+    _use_os(monkeypatch, FakeOs(link=link_then_taken))
     with pytest.raises(FileNotFoundError):
         store.rename_noreplace(str(tmp_path / "a"), str(tmp_path / "b"))
     assert sorted(os.listdir(tmp_path)) == ["elsewhere"]
@@ -216,11 +220,11 @@ def test_a_send_whose_link_answers_enoent_after_a_consumer_took_it_is_sent_once(
         def link_then_claimed_before_the_lookup(src, dst, **kw):
             real_link(src, dst, **kw)
             if not taken:
-                monkeypatch.setattr(store, "os", os)  # (the other host's own calls are plain)
+                _use_os(monkeypatch, os)  # (the other host's own calls are plain)
                 taken.append(theirs.receive(0))
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", dst)
 
-        monkeypatch.setattr(store, "os", FakeOs(link=link_then_claimed_before_the_lookup))
+        _use_os(monkeypatch, FakeOs(link=link_then_claimed_before_the_lookup))
         c.create_session().create_producer(Q).send(TextMessage(body=b"once"))
         assert [m.body for m in taken] == [b"once"] and not taken[0].redelivered
         their_session.acknowledge()
@@ -364,7 +368,7 @@ def test_a_second_registration_of_a_live_id_on_another_host_is_refused(root, oth
         owner_clock.advance(seconds)
         first.renew()
 
-    monkeypatch.setattr(clients, "sleep", wait)
+    monkeypatch.setattr(leases, "sleep", wait)
     try:
         with pytest.raises(InvalidClientIDError, match="another host"):
             Registration(root, "a", lease=10.0, clock=Clock(), renew_in_background=False)
@@ -380,7 +384,7 @@ def test_a_dead_owners_id_is_taken_over_once_its_lease_ran_out(root, other_hosts
         waited.append(seconds)
         other_hosts.advance(seconds)
 
-    monkeypatch.setattr(clients, "sleep", wait)
+    monkeypatch.setattr(leases, "sleep", wait)
     second = Registration(root, "a", lease=10.0, clock=Clock(), renew_in_background=False)
     second.release()
     assert sum(waited) > leases.DEAD_AFTER * 10.0

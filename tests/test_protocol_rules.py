@@ -80,10 +80,11 @@ def test_a_check_is_graded_at_its_rule_level_per_profile():
 
 
 #: the reference's modules the judge may use: the lifecycle table (the state machine the spec also
-#: states) and the install extras (the spec package, dropboxmq_spec, with the TLA+ model's trace
-#: driver, is not the reference).  Never its codec, store, session, topics or ids: the judge reads
-#: names with its own grammar (PROTOCOL.md).
-JUDGE_MAY_IMPORT = {"dropboxmq.lifecycle", "dropboxmq.extras"}
+#: states) with the rules a trace of it is checked against (trace_rules.py, split from it: who makes
+#: each move, what a move may do to a name's delivery count), and the install extras (the spec
+#: package, dropboxmq_spec, with the TLA+ model's trace driver, is not the reference).  Never its
+#: codec, store, session, topics or ids: the judge reads names with its own grammar (PROTOCOL.md).
+JUDGE_MAY_IMPORT = {"dropboxmq.lifecycle", "dropboxmq.trace_rules", "dropboxmq.extras"}
 #: implementations under test that ship inside the judge's package: they run the library
 # implementations under test, not the judge: they may use the library
 IMPLEMENTATIONS = {"reference_adapter.py", "spark/consumer.py", "spark/producer.py",

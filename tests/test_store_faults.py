@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dropboxmq import codec, groupsync, layout, store
+from dropboxmq import collisions, groupsync, layout, netfs, store
 from dropboxmq.errors import StoreError, TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
@@ -139,7 +139,9 @@ def test_permission_denied_on_create(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
         layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
-        monkeypatch.setattr(store, "os", FakeOs(open=failing(errno.EACCES)))
+        refusing = FakeOs(open=failing(errno.EACCES))
+        monkeypatch.setattr(store, "os", refusing)
+        monkeypatch.setattr(netfs, "os", refusing)  # (where a refused create is looked at again)
         with pytest.raises(StoreError, match="permission denied") as info:
             p.send(TextMessage(body=b"x"))
         monkeypatch.undo()
@@ -200,7 +202,7 @@ def test_send_never_replaces_an_existing_target_name(root):
     box.create(NAME, b"second", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)  # under a name of its own (issue 24 #1)
     assert box.read(State.NEW, NAME) == b"first"
-    assert box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"second"
+    assert box.read(State.NEW, collisions.disambiguated(NAME, 2)) == b"second"
     assert box.list(State.NOT_COMMITTED) == []
 
 
@@ -212,7 +214,7 @@ def test_rename_fallback_without_renameat2(root, monkeypatch):
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
     box.create(NAME, b"dup", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
-    assert box.read(State.NEW, NAME) == b"x" and box.read(State.NEW, codec.disambiguated(NAME, 2)) == b"dup"
+    assert box.read(State.NEW, NAME) == b"x" and box.read(State.NEW, collisions.disambiguated(NAME, 2)) == b"dup"
 
 
 def _path(name: str, dir_fd: int) -> str:

@@ -106,7 +106,7 @@ def test_a_kill_renders_as_the_models_crash_of_that_consumer():
     kill, rec = rt.events[4], rt.events[5]
     assert (kill["op"], kill["act"], kill["p"]) == ('"kill"', '"Crash"', "c1") and facts["kills"] == 1
     assert rec["rcv"] == "TRUE" and rec["sc"] == "c1"
-    # whose private steps may precede each event: the process Move.actor names
+    # whose private steps may precede each event: the process trace_rules.ACTORS names
     assert [e["who"] for e in rt.events] == ["{Prod}", "{Prod}", "{Prod}", "{c1}", "{}", "{c1}"]
     # a death of a process that never held anything here is none of the model's
     rt, facts = tlc_traces.render_trace(SENT + [dict(KILL_CLI, clients=["nobody"])])

@@ -14,7 +14,7 @@ the directory holding it (``state_of_directory``).
   terminal directories; with the manifest flag ``ack_removes`` a delete from
   processing/ is ACK then PURGE).
 * ``close_write`` moves nothing.
-* The delivery count in the names must follow ``lifecycle.COUNT_RULES`` (the
+* The delivery count in the names must follow ``trace_rules.COUNT_RULES`` (the
   family of correct ways to keep JMSRedelivered / JMSXDeliveryCount exact:
   stamped at claim, at ack, or at redelivery); a message whose history was not
   fully observed is not judged on its count.
@@ -58,7 +58,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dropboxmq_spec import tlc_traces
-from dropboxmq.lifecycle import COUNT_RULES, IllegalMove, Move, State, count_ok, move_between, next_state
+from dropboxmq.lifecycle import IllegalMove, Move, State, next_state
+from dropboxmq.trace_rules import COUNT_RULES, count_ok, move_between
 from dropboxmq_spec import grammar
 from dropboxmq_spec.grammar import KILL, Loc, leaf, locate, locate_log, owner_of
 

@@ -34,7 +34,7 @@ class QueueBrowser:
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()
-        names = sorted(self.box.list(State.NEW), key=codec.sort_key)
+        names = codec.in_delivery_order(self.box.list(State.NEW))
         for name in names:
             msg = from_wire(name, now)
             if msg.is_expired(now) or msg.delivery_time > now:

@@ -50,9 +50,9 @@ class Scanner:
         self._walk: list[str] = []  # the listing in delivery order, less the skipped names
         self._pos = 0  # the next name of the walk to try
         self._fresh_until = -1e9  # monotonic time after which the listing is taken again
-        # codec.sort_rank of every listed name, so that a relisting keys only the new names (one
+        # codec.sort_key of every listed name, so that a relisting keys only the new names (one
         # int a name, not a tuple: a 1M backlog's keys cost ~50 MB instead of ~120 MB)
-        self._ranks: dict[str, int] = {}
+        self._keys: dict[str, int] = {}
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
         self.only: set[str] | None = None  # when set, the names outside it are never tried
@@ -61,7 +61,7 @@ class Scanner:
     @property
     def names_listed(self) -> int:
         """Names in the last listing of target/ (what a relisting costs)."""
-        return len(self._ranks)
+        return len(self._keys)
 
     @property
     def walk_length(self) -> int:
@@ -80,40 +80,40 @@ class Scanner:
         walk, lo = self._walk, self._pos
         if lo >= len(walk):
             return
-        ranks, priority_of = self._ranks, codec.rank_priority
-        hi = bisect.bisect_right(walk, priority_of(ranks[walk[lo]]), lo=lo, key=lambda n: priority_of(ranks[n]))
+        keys, priority_of = self._keys, codec.key_priority
+        hi = bisect.bisect_right(walk, priority_of(keys[walk[lo]]), lo=lo, key=lambda n: priority_of(keys[n]))
         if hi - lo > 1:
             self._pos = random.randrange(lo, hi)
 
     def relist(self) -> None:
         """List target/ and walk it from the head.  Only names new since the last listing are
-        ranked and sorted; they are merged into the kept order (timsort merges two sorted
+        keyed and sorted; they are merged into the kept order (timsort merges two sorted
         runs in linear time), so a relisting of a large backlog costs O(listing), not
-        O(n log n) rank computations.  Equal ranks (foreign names of one priority) keep the
+        O(n log n) key computations.  Equal keys (foreign names of one priority) keep the
         order they were first listed in."""
         started = self.monotonic()
         self.registered = self.box.register_inodes()  # (before the listing: no entry is missed)
         names = self.box.list(State.NEW)
-        ranks = self._ranks
+        keys = self._keys
         listed = set(names)
         del names
-        gone = ranks.keys() - listed
+        gone = keys.keys() - listed
         for n in gone:
-            del ranks[n]
-        fresh = sorted(listed.difference(ranks))  # by name first: equal ranks in name order
+            del keys[n]
+        fresh = sorted(listed.difference(keys))  # by name first: equal keys in name order
         del listed
-        rank = codec.sort_rank
+        key = codec.sort_key
         for n in fresh:
-            ranks[n] = rank(n)
-        fresh.sort(key=ranks.__getitem__)
-        order = [n for n in self._order if n in ranks] if gone else self._order
+            keys[n] = key(n)
+        fresh.sort(key=keys.__getitem__)
+        order = [n for n in self._order if n in keys] if gone else self._order
         if fresh:
             order = order + fresh if order else fresh
             if len(order) > len(fresh):
-                order.sort(key=ranks.__getitem__)
+                order.sort(key=keys.__getitem__)
         self._order = order
         if self.skip:
-            self.skip &= ranks.keys()
+            self.skip &= keys.keys()
             order = [n for n in order if n not in self.skip]
         if self.only is not None:
             only = self.only

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import functools
 import importlib.metadata
@@ -26,6 +25,7 @@ from rich.table import Table
 from . import __version__, extras
 from .cli_root import require_root
 from .errors import DropboxMQError
+from .hints import did_you_mean
 from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
@@ -734,15 +734,14 @@ def receive(ctx, queue, selector, create, **options) -> None:
 def _known_queue(ctx: click.Context, name: str, create: bool) -> Queue:
     """The queue NAME; unless ``create``, it must exist already (a typo is an error with a
     did-you-mean, never a new queue)."""
-    from . import codec, layout
+    from . import codec, inventory, layout
 
     queue = Queue(name)
     if create or layout.queue_box(ctx.obj["root"], queue).exists() or codec.temporary_owner(name) is not None:
         return queue  # (a temporary queue's own rules, in the library, say why it is gone)
     root = require_root(ctx)
-    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = [n for n, _ in inventory.all_dropboxes(root) if not n.startswith("topic:")]
+    hint = did_you_mean(name, known)
     raise click.ClickException(f"no queue {name!r} under {root}{hint} (create it with 'dropboxmq init {name}' "
                                "or --create)")
 
@@ -1129,9 +1128,7 @@ def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
         known = [name for name, _ in _all_dropboxes(root)]
         for name in destinations:
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise click.UsageError(f"no destination {name!r} under {root}{hint}")
+                raise click.UsageError(f"no destination {name!r} under {root}{did_you_mean(name, known)}")
 
     def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
         return _queue_stats(root, destinations)
@@ -1165,9 +1162,9 @@ def stat(ctx, destinations, fmt, as_json, watch, interval, times) -> None:
 
 
 def _all_dropboxes(root: Path):
-    from . import layout
+    from . import inventory
 
-    return layout.all_dropboxes(root)
+    return inventory.all_dropboxes(root)
 
 
 def queue_stats(root: Path) -> dict[str, dict[str, Any]]:
@@ -1419,12 +1416,12 @@ def prune(ctx, queues, older_than, states, dry_run) -> None:
       dropboxmq prune --older-than 7d
       dropboxmq prune orders --older-than 30d --state error --dry-run
     """
-    from . import layout
+    from . import inventory, layout
     from .retention import PruneResult, prune as prune_box
 
     root = require_root(ctx)
     boxes = [(q, layout.queue_box(root, _known_queue(ctx, q, create=False))) for q in queues] \
-        or list(layout.all_dropboxes(root))
+        or list(inventory.all_dropboxes(root))
     total = PruneResult()
     for name, box in boxes:
         done = prune_box(box, states, older_than, dry_run, root=root)

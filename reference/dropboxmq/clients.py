@@ -5,10 +5,11 @@ as long as the connection is open.  The kernel drops the lock when the owning
 process dies (kill -9 included), so "is the owner alive?" is "is the lock
 held?" — no pid guessing, no stale locks after a crash (1.2's flaw).
 
-The file also holds the owner's lease record, renewed while the connection is open
-(leases.py): where flock does not cross mounts (sshfs, SMB, an unknown FUSE file system)
-a free lock proves nothing about other hosts, and an owner is dead only once this process
-has seen its record unchanged for longer than the lease's bound.  What recovery asks of a
+The file also holds the owner's record (``pid=<pid> host=<host> lease=<L> beat=<n>``: xa.py reads
+who holds the id).  Where flock does not cross mounts (sshfs, SMB, an unknown FUSE file system)
+a free lock proves nothing about other hosts: the record is a lease, renewed while the connection
+is open (leases.py, imported only then), and an owner is dead only once this process has seen
+its record unchanged for longer than the lease's bound.  What recovery asks of a
 registration (is its owner alive?) is liveness.py.
 """
 
@@ -21,14 +22,23 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from . import codec, leases
+from . import codec
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
 from .store import NotARegularFile, ensure_plain_dir, open_regular
 
-__all__ = ["clients_dir", "registration_path", "Registration", "flock_trusted", "try_flock", "read_from"]
+if TYPE_CHECKING:
+    from . import leases
+
+__all__ = [
+    "clients_dir", "registration_path", "Registration", "flock_trusted", "try_flock", "read_from", "DEFAULT_LEASE",
+    "record", "record_lease",
+]
+
+#: seconds: the default lease (Settings.lease)
+DEFAULT_LEASE = 10.0
 
 _trusted: dict[str, bool] = {}
 
@@ -38,14 +48,14 @@ def flock_trusted(root: Path) -> bool:
     verdict of ``dropboxmq doctor`` when the root has one ("supported": locks cross mounts;
     "supported with leases": they do not), else the file system's type."""
     from .doctor import SUPPORTED, verdict_for  # (the doctor imports the store, as this module does)
-    from .filesystems import file_system_type  # (asked once per root, when a connection registers)
+    from .filesystems import file_system_type, flock_crosses_mounts  # (once per root, when a connection registers)
 
     key = str(root)
     trusted = _trusted.get(key)
     if trusted is None:
         verdict = verdict_for(Path(root))
         trusted = verdict.level == SUPPORTED if verdict is not None else \
-            leases.flock_crosses_mounts(file_system_type(Path(root)))
+            flock_crosses_mounts(file_system_type(Path(root)))
         _trusted[key] = trusted
     return trusted
 
@@ -64,6 +74,26 @@ def read_from(fd: int) -> bytes:
     return os.read(fd, 4096)
 
 
+def record(lease: float, beat: int) -> bytes:
+    """The record a registration holds (xa.py reads its ``pid=`` and ``host=``)."""
+    import socket
+
+    return f"pid={os.getpid()} host={socket.gethostname()} lease={lease:g} beat={beat}\n".encode()
+
+
+def record_lease(data: bytes) -> float:
+    """The lease a record declares (the default for a record without one: a 1.2 or older file)."""
+    for field in data.split():
+        if field.startswith(b"lease="):
+            try:
+                value = float(field[6:])
+            except ValueError:
+                break
+            if 0 < value < 1e6:
+                return value
+    return DEFAULT_LEASE
+
+
 def _read_record(path: Path) -> bytes | None:
     """The lease record at ``path`` (a fresh open: what the server has now), None if gone."""
     try:
@@ -74,10 +104,6 @@ def _read_record(path: Path) -> bytes | None:
         return read_from(fd)
     finally:
         os.close(fd)
-
-
-#: how the registration waits for another host's lease to run out (tests replace it)
-sleep: Callable[[float], None] = time.sleep
 
 
 def clients_dir(root: Path) -> Path:
@@ -91,7 +117,7 @@ def registration_path(root: Path, client_id: str) -> Path:
 class Registration:
     """An exclusive, crash-safe hold on a client id, with its lease (leases.py)."""
 
-    def __init__(self, root: Path, client_id: str, lease: float = leases.DEFAULT_LEASE,
+    def __init__(self, root: Path, client_id: str, lease: float = DEFAULT_LEASE,
                  clock: Callable[[], float] | None = None, renew_in_background: bool = True):
         try:
             validate_name("client id", client_id)
@@ -131,44 +157,33 @@ class Registration:
         # where a free lock proves death on every host, nobody reads the lease: no renewals and
         # no fencing (a process stopped for a while, a laptop asleep, keeps its messages)
         self.leased = not flock_trusted(self.root)
+        self.lease = lease
+        self._renewer: "leases.Renewer | None" = None
         try:
             if self.leased:
-                self._wait_for_other_hosts(fd)
+                from . import leases  # (only where a free flock proves nothing)
+
+                first = read_from(fd)  # empty: a new file, or one a crash left empty (no lease in it)
+                if first.strip() and not leases.wait_for_other_hosts(
+                        (str(self.root), client_id), first, record_lease(first), lambda: _read_record(self.path)):
+                    raise InvalidClientIDError(
+                        f"client id {client_id!r} is in use by a live connection on another host "
+                        "(its lease was renewed)")
+                self._renewer = leases.Renewer(self._write_beat, lease, clock or time.monotonic)
             self._fd: int | None = fd
             self._write_lock = threading.Lock()
-            self._renewer = leases.Renewer(self._write_record, lease, clock or time.monotonic)
-            self._write_record(leases.record(lease, 0))
+            self._write_beat(0)
         except OSError as exc:  # ENOSPC, EFBIG...: give the lock back, or the id stays "in use" for good
             os.close(fd)
             raise StoreError(f"cannot register client id {client_id!r}: {exc.strerror or exc}") from None
         except BaseException:
             os.close(fd)
             raise
-        if renew_in_background and self.leased:
+        if renew_in_background and self._renewer is not None:
             self._renewer.start()
 
-    def _wait_for_other_hosts(self, fd: int) -> None:
-        """Our flock proves nothing about other hosts here: if the file holds a lease record,
-        take the id over only once that record has stayed unchanged past its bound (the owner
-        died, or was fenced); InvalidClientIDError if it is renewed meanwhile."""
-        first = read_from(fd)
-        if not first.strip():
-            return  # a new file, or one a crash left empty: no owner ever wrote a lease in it
-        key = (str(self.root), self.client_id)
-        while not leases.OBSERVER.expired(key, first):
-            data = _read_record(self.path)
-            if data is None or not data.strip():
-                return  # its owner closed cleanly meanwhile
-            if data != first:
-                raise InvalidClientIDError(
-                    f"client id {self.client_id!r} is in use by a live connection on another host "
-                    "(its lease was renewed)")
-            at = leases.OBSERVER.decided_at(key)
-            sleep(max(0.05, min(leases.RENEW_EVERY * leases.record_lease(first) / 2,  # (past the bound, not at it)
-                                (at or 0.0) - leases.OBSERVER.clock() + 0.01)))
-        leases.OBSERVER.forget(key)
-
-    def _write_record(self, data: bytes) -> None:
+    def _write_beat(self, beat: int) -> None:
+        data = record(self.lease, beat)
         with self._write_lock:  # never after release() closed the fd (its number may be reused)
             fd = self._fd
             if fd is None:
@@ -179,18 +194,20 @@ class Registration:
             os.fsync(fd)  # other hosts see it when it is on the server, not in our cache
 
     def renew(self) -> bool:
-        """Renew the lease now (the background thread does it every lease/3)."""
-        return self._renewer.renew()
+        """Renew the lease now (the background thread does it every lease/3); True without a
+        lease (nothing to renew)."""
+        return self._renewer is None or self._renewer.renew()
 
     def check(self, what: str) -> None:
         """LeaseExpiredError if this registration's lease ran out (leases.py: fenced)."""
-        if self.leased:
+        if self._renewer is not None:
             self._renewer.check(what)
 
     def release(self) -> None:
         if self._fd is None:
             return
-        self._renewer.stop()
+        if self._renewer is not None:
+            self._renewer.stop()
         if not _owns_pending_logs(self.root, self.client_id):
             try:
                 os.unlink(self.path)  # while still holding the lock: see the inode check above

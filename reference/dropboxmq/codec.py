@@ -93,7 +93,7 @@ Delivery count (1.2)
 *current* delivery count into the name (:func:`with_delivery_count`), so the
 name always counts the deliveries that have been *attempted*; 1.2's claim keeps
 the name and its ack appends the count (recorded in
-``fixtures/dropboxmq12-traces``).  Both are correct: ``lifecycle.COUNT_RULES``
+``fixtures/dropboxmq12-traces``).  Both are correct: ``trace_rules.COUNT_RULES``
 is the family of correct placements.  Reading a name
 from ``target/`` (the default), ``n`` present means the message is being
 redelivered: ``redelivered = True`` and ``delivery_count = n + 1``; absent
@@ -120,8 +120,8 @@ Ordering
 
 :func:`sort_key` orders names by priority descending, then the id's numeric
 prefix ``millis * 1000 + counter`` ascending (send order, including sends in
-one millisecond), then the name.  Within a priority, names with a foreign
-(non-1.2) message id come after the 1.2 ids and unparseable names after those.
+one millisecond); names with an equal key by name.  Within a priority, names with a
+foreign (non-1.2) message id come after the 1.2 ids and unparseable names after those.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import quote_plus
 
 from .errors import MessageFormatError, NameTooLongError
@@ -164,7 +164,6 @@ __all__ = [
     "first_delivery",
     "now_ms",
     "name_delivery_count",
-    "disambiguated",
     "without_delivery_count",
     "processing_name",
     "split_processing_name",
@@ -174,8 +173,8 @@ __all__ = [
     "needs_alias",
     "alias_inode",
     "sort_key",
-    "sort_rank",
-    "rank_priority",
+    "key_priority",
+    "in_delivery_order",
 ]
 
 #: [ours] class of a message whose name has no (or an unknown) class letter.
@@ -350,7 +349,7 @@ def _decoded_properties(field: str) -> tuple[tuple[str, Property], ...]:
 _PRIO_RE = re.compile(r"[+-]?[0-9]{1,12}")
 _ID12_RE = re.compile(r"([0-9]{1,30})-[0-9]{1,30}")
 _LONG_RE = re.compile(r"[+-]?[0-9]{1,25}")
-# priority . 1.2-style id . (at least a third field): the fast path of sort_key
+# priority . 1.2-style id . (at least a third field): the usual name, for sort_key
 _SORT_RE = re.compile(r"([+-]?[0-9]{1,12})\.([0-9]{1,30})-[0-9]{1,30}\.")
 
 
@@ -576,31 +575,10 @@ def with_delivery_count(name: str, count: int) -> str:
     return result
 
 
-def disambiguated(name: str, n: int) -> str | None:
-    """Another name for the message ``name`` when a file of that name is already where it
-    goes (a foreign program dropped ``latest.csv`` twice): ``_<n>`` appended to its message
-    id -- the id field of a message name, the first field of any other -- so every header
-    reads the same and the id is new.  ``_`` never turns a field into a number, so a name
-    stays as parseable as it was.  The id is cut to keep 255 bytes; None if it cannot be."""
-    parsed = split_name(name)
-    fields = parsed[1] if parsed is not None else name.split(".")
-    at = 1 if parsed is not None else 0
-    suffix = f"_{n}"
-    field = fields[at]
-    while True:
-        fields[at] = field + suffix
-        candidate = ".".join(fields)
-        if _name_bytes(candidate) <= MAX_NAME_BYTES:
-            return candidate
-        if len(field) <= 1:
-            return None
-        field = field[:-1]
-
-
 def name_delivery_count(name: str) -> int:
     """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix is
     allowed); 0 when the name has none or is unparseable.  What a name *means* by it
-    depends on where it is (see "Delivery count" above and ``lifecycle.COUNT_RULES``)."""
+    depends on where it is (see "Delivery count" above and ``trace_rules.COUNT_RULES``)."""
     parsed = split_name(split_processing_name(name)[1])
     if parsed is None or len(parsed[1]) < 8:
         return 0
@@ -688,48 +666,46 @@ def temporary_owner(name: str) -> str | None:
     return decode_field(name[len(TEMP_PREFIX):].split("~", 1)[0])
 
 
-def sort_key(name: str) -> tuple[int, int, int, str]:
-    """Delivery order key: priority desc, then id prefix (millis*1000+counter) asc, then name.
+_KEY_ID_BITS = 100  # an id's numeric prefix has at most 30 digits: < 10**30 < 2**100
+_KEY_PRIORITY_SHIFT = _KEY_ID_BITS + 2  # then two bits for the id's kind (1.2, foreign, unparseable)
 
-    Cheap: a regex match on the head of the name, no full decode.  Names with a
-    foreign id sort after 1.2 ids of the same priority, unparseable names
-    (priority 4) after both.  Agrees with :func:`decode_name` on the priority.
+
+def sort_key(name: str) -> int:
+    """The delivery order, one int a name (what a consumer keeps for each listed name): priority
+    descending, then 1.2-style ids by their numeric prefix (millis*1000+counter) ascending, then
+    the names with a foreign id, then unparseable names (priority 4).  Names with an equal key
+    (foreign names of one priority, sends of two processes in one millisecond) are ordered by
+    name by whoever needs one order of them (:func:`in_delivery_order`, ``claim.Scanner``).
+
+    Cheap: a regex match on the head of the name, no full decode.  Agrees with
+    :func:`decode_name` on the priority.
     """
     m = _SORT_RE.match(name)
-    if m is not None and name.count(".") <= 7:
-        prio = int(m.group(1))
-        if _INT_MIN <= prio <= _INT_MAX:
-            return (-prio, 0, int(m.group(2)), name)
-    parsed = split_name(name)
-    if parsed is None:
-        return (-DEFAULT_PRIORITY, 2, 0, name)
-    prio, fields = parsed
-    m = _ID12_RE.fullmatch(decode_field(fields[1]))
-    if m is not None:
-        return (-prio, 0, int(m.group(1)), name)
-    return (-prio, 1, 0, name)
-
-
-_RANK_ID_BITS = 100  # an id's numeric prefix has at most 30 digits: < 10**30 < 2**100
-_RANK_PRIORITY_SHIFT = _RANK_ID_BITS + 2  # then two bits for the id's kind (1.2, foreign, unparseable)
-
-
-def sort_rank(name: str) -> int:
-    """:func:`sort_key` without the name, packed into one int with the same order: what a
-    consumer keeps for each listed name (a fifth of the memory of the tuple)."""
-    m = _SORT_RE.match(name)
-    if m is not None and name.count(".") <= 7:  # sort_key's first case, without the tuple
+    if m is not None and name.count(".") <= 7:  # the usual name: priority . 1.2 id . ...
         priority_text, ident_text = m.groups()
         priority = int(priority_text)
         if _INT_MIN <= priority <= _INT_MAX:
-            return ((-priority - _INT_MIN) << _RANK_PRIORITY_SHIFT) | int(ident_text)
-    neg_priority, kind, ident, _ = sort_key(name)
-    return ((neg_priority - _INT_MIN) << _RANK_PRIORITY_SHIFT) | (kind << _RANK_ID_BITS) | ident
+            return ((-priority - _INT_MIN) << _KEY_PRIORITY_SHIFT) | int(ident_text)
+    parsed = split_name(name)
+    if parsed is None:
+        priority, kind, ident = DEFAULT_PRIORITY, 2, 0
+    else:
+        priority = parsed[0]
+        m = _ID12_RE.fullmatch(decode_field(parsed[1][1]))
+        kind, ident = (0, int(m.group(1))) if m is not None else (1, 0)
+    return ((-priority - _INT_MIN) << _KEY_PRIORITY_SHIFT) | (kind << _KEY_ID_BITS) | ident
 
 
-def rank_priority(rank: int) -> int:
-    """What a rank sorts by first (priority, descending): equal for names of one priority."""
-    return rank >> _RANK_PRIORITY_SHIFT
+def key_priority(key: int) -> int:
+    """What a :func:`sort_key` sorts by first (priority, descending): equal for names of one priority."""
+    return key >> _KEY_PRIORITY_SHIFT
+
+
+def in_delivery_order(names: Iterable[str]) -> list[str]:
+    """``names`` in delivery order (:func:`sort_key`; equal keys by name)."""
+    ordered = sorted(names)
+    ordered.sort(key=sort_key)
+    return ordered
 
 
 # ---------------------------------------------------------------- the wire mapping

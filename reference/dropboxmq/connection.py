@@ -7,7 +7,6 @@ its consumers every ``recovery_interval``)."""
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import threading
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import codec, ids, layout
 from .ackmode import AckMode
 from .clients import Registration
-from .errors import IllegalStateError, QueueNotFoundError, RootNotFoundError, StoreError
+from .errors import IllegalStateError, RootNotFoundError, StoreError
 from .message import (
     Destination,
     Message,
@@ -31,7 +30,7 @@ from .store import Dropbox
 if TYPE_CHECKING:
     pass
 
-__all__ = ["Settings", "check_root", "missing_queue", "Connection"]
+__all__ = ["Settings", "Connection"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -59,34 +58,6 @@ class Settings:
     retention: float | None = None
 
 
-def _did_you_mean(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def check_root(root: Path) -> None:
-    """Raise RootNotFoundError (with a did-you-mean among its siblings) unless ``root`` is an
-    existing directory."""
-    if root.is_dir():
-        return
-    if root.exists() or root.is_symlink():
-        raise RootNotFoundError(f"dropbox root {str(root)!r} is not a directory")
-    try:
-        siblings = [p.name for p in root.parent.iterdir() if p.is_dir()]
-    except OSError:
-        siblings = []
-    hint = _did_you_mean(root.name, siblings)
-    raise RootNotFoundError(f"no dropbox root at {str(root)!r}{hint} (create one with Connection(root, create=True) "
-                            "or 'dropboxmq --root ROOT init QUEUE')")
-
-
-def missing_queue(root: Path, queue: Queue) -> QueueNotFoundError:
-    """The error for a queue that does not exist under ``root``, with a did-you-mean."""
-    known = [n for n, _ in layout.all_dropboxes(root) if not n.startswith("topic:")]
-    return QueueNotFoundError(f"no queue {queue.name!r} under {root}{_did_you_mean(queue.name, known)} (create it "
-                              f"with connection.create_queue({queue.name!r}) or 'dropboxmq init {queue.name}')")
-
-
 class Connection:
     """A connection to one root.  ``client_id`` is registered (and locked) under
     ``dropboxmq/clients/``; without one, a 1.2-style id is generated.
@@ -112,8 +83,11 @@ class Connection:
             try:
                 os.makedirs(self.root, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                pass  # check_root says what stands in the way
-        check_root(self.root)
+                pass  # hints.root_not_found says what stands in the way
+        if not self.root.is_dir():
+            from .hints import root_not_found  # (the error's did-you-mean)
+
+            raise root_not_found(self.root)
         from .doctor import admit  # (the probes' module: not on the send/receive path)
 
         admit(self.root, self.settings.allow_network_fs or allow_network_fs)
@@ -162,6 +136,8 @@ class Connection:
             if self.create:
                 box.ensure()
             elif not box.exists():
+                from .hints import missing_queue  # (the error's did-you-mean)
+
                 raise missing_queue(self.root, queue)
             self._queue_boxes[queue.name] = box
         return box
@@ -206,16 +182,6 @@ class Connection:
         self._registration.release()
         self._closed = True
 
-    def _delete_temporary(self, dest: Destination) -> None:
-        """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
-        if any(c.destination == dest and not c._closed for s in self._sessions for c in s._consumers):
-            raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
-        if dest in self._temporary:
-            from .temporary import delete_temporary
-
-            self._temporary.remove(dest)
-            delete_temporary(self.root, dest)
-
     def _finish_own_logs(self) -> None:
         """Finish the transaction logs of this client id that no open session owns: roll
         committed ones forward, the rest back.  Best effort: what fails stays for recovery."""
@@ -235,19 +201,6 @@ class Connection:
             reclaim_own_leftovers(self.root, self.client_id)
         except (OSError, StoreError) as exc:
             log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
-
-    def _has_pending_work(self, box: Dropbox) -> bool:
-        """Does a session of this connection hold messages of ``box`` in an open transaction or
-        delivered and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
-        rel = os.path.relpath(box.path, self.root)
-        for s in list(self._sessions):
-            with s._lock:
-                s._flush_lazy_acks()
-                if s._tx is not None and any(e.box == rel for e in s._tx.entries):
-                    return True
-                if any(d.box.path == box.path for d in s._unacked):
-                    return True
-        return False
 
     def _check_open(self) -> None:
         if self._closed:
@@ -269,25 +222,12 @@ class Connection:
 
         housekeeping(self.root, box, self.settings.retention)
 
-    def _temporary_boxes(self, dest: Destination, header: Message) -> list[Dropbox]:
-        """A temporary destination lives as long as its connection: once that closed (its
-        directory is gone) a send is an error, and never re-creates the directory."""
-        if isinstance(dest, Queue):
-            box = layout.queue_box(self.root, dest)
-            if box.exists():
-                return [box]
-        elif layout.subscriptions_dir(self.root, dest).is_dir():
-            from .topics import fan_out_targets
-
-            return fan_out_targets(self.root, dest, header, self.client_id)
-        from .temporary import temporary_gone
-
-        raise temporary_gone(dest)
-
     def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
         if codec.temporary_owner(dest.name) is not None:
-            return self._temporary_boxes(dest, header)
+            from .temporary import boxes_for_send  # (temporary destinations only)
+
+            return boxes_for_send(self, dest, header)
         if isinstance(dest, Queue):
             return [self.queue_box(dest)]
         from .topics import fan_out_targets  # (publish: imported when first used)

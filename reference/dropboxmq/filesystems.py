@@ -12,13 +12,27 @@ from pathlib import Path
 
 from .errors import UnsupportedFileSystemError
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "file_system_type", "check_file_system"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "flock_crosses_mounts", "file_system_type", "check_file_system"]
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",
      "fuse.glusterfs", "lustre", "gpfs", "davfs", "fuse.s3fs", "fuse.rclone", "virtiofs", "fuse.mfs",
      "fuse.smbnetfs"}
 )
+
+#: file system types (/proc/self/mountinfo) whose flock one mount's process sees from another's:
+#: local file systems, and the network ones measured to pass locks between mounts (issue 28)
+FLOCK_ACROSS_MOUNTS = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "jfs", "reiserfs",
+    "overlay", "bcachefs", "nilfs2", "hfsplus", "vfat", "exfat", "ntfs3",
+    "glusterfs", "fuse.glusterfs", "fuse.mfs", "fuse.mfsmount", "fuse.moosefs", "moosefs",
+})
+
+
+def flock_crosses_mounts(fs_type: str) -> bool:
+    """Does a free flock on this file system prove that no process on any host holds it (else
+    a client's liveness needs its lease: leases.py)?"""
+    return fs_type in FLOCK_ACROSS_MOUNTS
 
 
 def file_system_type(path: Path) -> str:

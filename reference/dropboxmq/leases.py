@@ -25,68 +25,29 @@ recovery renames its ``processing/<owner>~NAME`` away, so the late ACK finds no 
 fails (session.py).
 
 Where flock does cross mounts (local disks, GlusterFS, MooseFS) a free lock still means dead
-at once (the fast path, ``flock_crosses_mounts``); elsewhere (sshfs, SMB, NFS without lockd,
-an unknown FUSE file system) the lease decides.
+at once (the fast path, ``filesystems.flock_crosses_mounts``): no lease is renewed and this
+module is never imported; elsewhere (sshfs, SMB, NFS without lockd, an unknown FUSE file system)
+the lease decides.
 
-Pure core: ``Observer`` and ``Renewer`` take their clock; the only I/O is the record's write
-(``Renewer``'s ``write`` callable) and ``read_record``.
+Pure core: ``Observer`` and ``Renewer`` take their clock; the record's format (``clients.record``,
+``clients.record_lease``) and its I/O (``Renewer``'s ``write`` callable) are the registration's.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Callable
 
 from .errors import LeaseExpiredError
 
-__all__ = [
-    "DEFAULT_LEASE", "FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer",
-    "OBSERVER", "record", "record_lease", "flock_crosses_mounts", "FLOCK_ACROSS_MOUNTS",
-]
+__all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER", "wait_for_other_hosts"]
 
-#: seconds: the default lease (Settings.lease)
-DEFAULT_LEASE = 10.0
 #: fractions of the lease: the owner renews every RENEW_EVERY, fences itself FENCE_AFTER after the
 #: start of its last renewal that counted; an observer declares it dead past DEAD_AFTER unchanged
 RENEW_EVERY = 1 / 3
 FENCE_AFTER = 0.8
 DEAD_AFTER = 1.5
-
-#: file system types (/proc/self/mountinfo) whose flock one mount's process sees from another's:
-#: local file systems, and the network ones measured to pass locks between mounts (issue 28)
-FLOCK_ACROSS_MOUNTS = frozenset({
-    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "jfs", "reiserfs",
-    "overlay", "bcachefs", "nilfs2", "hfsplus", "vfat", "exfat", "ntfs3",
-    "glusterfs", "fuse.glusterfs", "fuse.mfs", "fuse.mfsmount", "fuse.moosefs", "moosefs",
-})
-
-
-def flock_crosses_mounts(fs_type: str) -> bool:
-    """Does a free flock on this file system prove that no process on any host holds it?"""
-    return fs_type in FLOCK_ACROSS_MOUNTS
-
-
-def record(lease: float, beat: int) -> bytes:
-    """The lease record an owner writes (xa.py reads its ``pid=`` and ``host=``)."""
-    import socket
-
-    return f"pid={os.getpid()} host={socket.gethostname()} lease={lease:g} beat={beat}\n".encode()
-
-
-def record_lease(data: bytes) -> float:
-    """The lease a record declares (the default for a record without one: a 1.2 or older file)."""
-    for field in data.split():
-        if field.startswith(b"lease="):
-            try:
-                value = float(field[6:])
-            except ValueError:
-                break
-            if 0 < value < 1e6:
-                return value
-    return DEFAULT_LEASE
-
 
 class Observer:
     """What this process has seen of other clients' lease records: for each (root, client), the
@@ -94,25 +55,26 @@ class Observer:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
-        self._seen: dict[tuple[str, str], tuple[bytes, float]] = {}
+        self._seen: dict[tuple[str, str], tuple[bytes, float, float]] = {}  # record, first seen, its lease
         self._lock = threading.Lock()
 
-    def expired(self, key: tuple[str, str], data: bytes) -> bool:
-        """Has ``data`` been the record of ``key`` for longer than DEAD_AFTER its lease?  A first
-        sight or a change starts the timer again (the owner renewed: alive)."""
+    def expired(self, key: tuple[str, str], data: bytes, lease: float) -> bool:
+        """Has ``data`` (declaring ``lease``: ``clients.record_lease``) been the record of ``key``
+        for longer than DEAD_AFTER its lease?  A first sight or a change starts the timer again
+        (the owner renewed: alive)."""
         now = self.clock()
         with self._lock:
             seen = self._seen.get(key)
             if seen is None or seen[0] != data:
-                self._seen[key] = (data, now)
+                self._seen[key] = (data, now, lease)
                 return False
-            return now - seen[1] > DEAD_AFTER * record_lease(data)
+            return now - seen[1] > DEAD_AFTER * lease
 
     def decided_at(self, key: tuple[str, str]) -> float | None:
         """When (this clock) the record now seen for ``key`` would expire, unless it changes."""
         with self._lock:
             seen = self._seen.get(key)
-        return None if seen is None else seen[1] + DEAD_AFTER * record_lease(seen[0])
+        return None if seen is None else seen[1] + DEAD_AFTER * seen[2]
 
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
@@ -123,12 +85,34 @@ class Observer:
 OBSERVER = Observer()
 
 
-class Renewer:
-    """The owner's side of a lease.  ``write(data)`` makes the record durable (raises OSError when
-    it cannot); ``start()`` runs the renewals on a daemon thread, tests call ``renew()``."""
+#: how a registration waits for another host's lease to run out (tests replace it)
+sleep: Callable[[float], None] = time.sleep
 
-    def __init__(self, write: Callable[[bytes], None], lease: float = DEFAULT_LEASE,
-                 clock: Callable[[], float] = time.monotonic):
+
+def wait_for_other_hosts(key: tuple[str, str], first: bytes, lease: float, read: Callable[[], bytes | None]) -> bool:
+    """A registration whose flock proves nothing about other hosts found the record ``first``
+    (declaring ``lease``) in its file: take the id over only once that record has stayed
+    unchanged past its bound (the owner died, or was fenced).  ``read()`` reads the record again
+    (None: gone).  False if it was renewed meanwhile: the id is in use on another host."""
+    while not OBSERVER.expired(key, first, lease):
+        data = read()
+        if data is None or not data.strip():
+            return True  # its owner closed cleanly meanwhile
+        if data != first:
+            return False
+        at = OBSERVER.decided_at(key)
+        sleep(max(0.05, min(RENEW_EVERY * lease / 2,  # (past the bound, not at it)
+                            (at or 0.0) - OBSERVER.clock() + 0.01)))
+    OBSERVER.forget(key)
+    return True
+
+
+class Renewer:
+    """The owner's side of a lease.  ``write(beat)`` makes the record with that beat durable
+    (raises OSError when it cannot); ``start()`` runs the renewals on a daemon thread, tests call
+    ``renew()``."""
+
+    def __init__(self, write: Callable[[int], None], lease: float, clock: Callable[[], float] = time.monotonic):
         if not lease > 0:
             raise ValueError(f"a lease is a positive number of seconds, not {lease!r}")
         self.lease = lease
@@ -148,7 +132,7 @@ class Renewer:
             return False
         self.beat += 1
         try:
-            self._write(record(self.lease, self.beat))
+            self._write(self.beat)
         except OSError:
             return False  # the server is gone, the disk full...: the lease runs out, then fenced
         if self.clock() - started > RENEW_EVERY * self.lease:

@@ -45,28 +45,9 @@ The moves, and who makes them:
 The TLA+ specification in ``spec/`` uses exactly these state and action names
 (``Dropbox.tla``: ``Create``, ``Send``, ``Discard``, ``Quarantine``, ``Claim``,
 ``Expire``, ``Ack``, ``Redeliver``, ``DeadLetter``, ``Purge``), and the
-conformance suite replays recorded file-system traces against this table.
-
-The delivery count in the name: one family of correct behaviours
-----------------------------------------------------------------
-A name may carry ``JMSXDeliveryCountI=<n>``.  In target/ it means "n deliveries
-were attempted before": the next delivery reports JMSRedelivered = (n > 0) and
-JMSXDeliveryCount = n + 1.  Where the count is written is the implementation's
-choice, and every choice below is correct as long as a message that goes back
-to target/ carries the deliveries attempted so far (``k``):
-
-    move                    the name after the move (n = count before, k = deliveries so far)
-    ----------------------  ----------------------------------------------------------------
-    CLAIM                   unchanged (1.2), or stamped with k (ours: the claim writes it)
-    ACK, EXPIRE, DEAD_LETTER  unchanged, or stamped with k (1.2 appends k at ack)
-    REDELIVER               exactly k (stamped at claim and kept, or stamped now):
-                            anything else makes the next delivery's flag or count wrong
-    CREATE                  any (a message may be sent already carrying a count)
-    SEND, DISCARD, QUARANTINE, PURGE   unchanged
-
-``k`` starts at the count the name carries when the message is first seen and
-grows by one at each CLAIM.  ``count_ok`` is this table; the conformance replay
-and the TLC trace mapping (``tlc_traces``) both use it.
+conformance suite replays recorded file-system traces against this table
+(with ``trace_rules.py``: who makes each move, and what a move may do to the
+delivery count a name carries).
 
 Transactions do not add states: a transacted send stays NOT_COMMITTED until
 commit SENDs it; a transacted receive stays DELIVERED until commit ACKs it or
@@ -82,11 +63,8 @@ import enum
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = [
-    "IdentityEnum", "DirectoryState", "State", "Move", "Actor", "PROCESS_ACTIONS", "STATE_DIRS", "TRANSITIONS",
-    "ACTORS", "PURGEABLE", "TERMINAL", "CountRule", "COUNT_RULES", "count_ok", "IllegalMove", "next_state",
-    "state_of_directory", "move_between",
-]
+__all__ = ["IdentityEnum", "DirectoryState", "State", "Move", "STATE_DIRS", "TRANSITIONS", "TERMINAL", "IllegalMove",
+           "next_state"]
 
 
 class IdentityEnum(enum.Enum):
@@ -134,32 +112,6 @@ class Move(IdentityEnum):
         """The name of the action in spec/Dropbox.tla."""
         return self.value
 
-    @property
-    def actor(self) -> "Actor":
-        """Who makes this move (the table ACTORS): the process whose step it is in the spec."""
-        return ACTORS[self]
-
-
-class Actor(enum.Enum):
-    """Who makes a move: the process whose step the spec's action is."""
-
-    PRODUCER = "the producer (the orphan sweep, when it is dead)"
-    TAKER = "the consumer that the destination processing/<client>~ name names"
-    HOLDER = "the consumer that the source processing/<client>~ name names (its recovery, when it is dead)"
-    ANYONE = "any process (an operator, housekeeping, the expiry sweep)"
-
-
-#: Process-level actions of spec/Dropbox.tla: steps that move no message between states
-#: (writing and closing files and logs, listings, lost races, listeners, crashes, recovery).
-#: With the Move names they are every action of the spec (checked by tests/test_spec.py).
-PROCESS_ACTIONS: tuple[str, ...] = (
-    "CloseWrite", "WriteLog", "AppendLog", "CloseLog", "EnterCommitting", "DeleteLogProd",
-    "AbortCommit", "DeleteRolledBackLog",
-    "List", "LoseRace", "Deliver", "ListenerReturns", "ListenerThrows",
-    "Acknowledge", "AckDone", "Recover", "RecoverDone",
-    "WriteLogCons", "AppendLogCons", "DeleteLogCons",
-    "Tick", "TickDue", "Crash", "RecoverLog", "Restart",
-)
 
 #: The six directories of every dropbox, in lifecycle order.
 STATE_DIRS: tuple[str, ...] = tuple(s.value for s in State if s.value is not None)
@@ -191,57 +143,9 @@ TRANSITIONS: Mapping[State, Mapping[Move, State]] = MappingProxyType(
 )
 
 
-#: Who makes each move (Move.actor).  EXPIRE out of target/ has no holder: anyone's then.
-ACTORS: Mapping[Move, Actor] = MappingProxyType(
-    {
-        _M.CREATE: Actor.PRODUCER, _M.SEND: Actor.PRODUCER, _M.DISCARD: Actor.PRODUCER,
-        _M.QUARANTINE: Actor.PRODUCER, _M.CLAIM: Actor.TAKER, _M.EXPIRE: Actor.HOLDER,
-        _M.ACK: Actor.HOLDER, _M.REDELIVER: Actor.HOLDER, _M.DEAD_LETTER: Actor.HOLDER,
-        _M.PURGE: Actor.ANYONE,
-    }
-)
-
-#: Purgeable states: those the table lets PURGE empty.
-PURGEABLE: frozenset[State] = frozenset(s for s, moves in TRANSITIONS.items() if Move.PURGE in moves)
-
 #: Terminal states: a message that reaches one is never delivered again (PURGE is all that
 #: leads out of them).
 TERMINAL: frozenset[State] = frozenset(s for s, moves in TRANSITIONS.items() if set(moves) == {Move.PURGE})
-
-
-class CountRule(enum.Enum):
-    """What a move may do to the delivery count in the name (see the table above)."""
-
-    ANY = "any count"
-    KEEP = "the count unchanged"
-    KEEP_OR_STAMP = "the count unchanged, or stamped with the deliveries so far"
-    STAMPED = "the deliveries so far (so the next delivery is flagged redelivered, with the right count)"
-
-
-_C = CountRule
-
-#: The one table of the delivery count in names, per move (EXPIRE covers both of its sources).
-COUNT_RULES: Mapping[Move, CountRule] = MappingProxyType(
-    {
-        _M.CREATE: _C.ANY, _M.SEND: _C.KEEP, _M.DISCARD: _C.KEEP, _M.QUARANTINE: _C.KEEP,
-        _M.CLAIM: _C.KEEP_OR_STAMP, _M.EXPIRE: _C.KEEP_OR_STAMP, _M.ACK: _C.KEEP_OR_STAMP,
-        _M.REDELIVER: _C.STAMPED, _M.DEAD_LETTER: _C.KEEP_OR_STAMP, _M.PURGE: _C.KEEP,
-    }
-)
-
-
-def count_ok(move: Move, before: int, after: int, deliveries: int) -> bool:
-    """Whether ``move`` may turn a name carrying count ``before`` into one carrying
-    ``after`` (0: none), ``deliveries`` being the deliveries attempted so far (after
-    the move: a CLAIM counts itself)."""
-    rule = COUNT_RULES[move]
-    if rule is CountRule.ANY:
-        return True
-    if rule is CountRule.KEEP:
-        return after == before
-    if rule is CountRule.KEEP_OR_STAMP:
-        return after in (before, deliveries)
-    return after == deliveries
 
 
 class IllegalMove(ValueError):
@@ -254,19 +158,3 @@ def next_state(state: State, move: Move) -> State:
         return TRANSITIONS[state][move]
     except KeyError:
         raise IllegalMove(f"{move.name} is not allowed from {state.name}") from None
-
-
-def state_of_directory(directory: str) -> State:
-    """The state a directory name stands for (``"target"`` -> NEW)."""
-    for state in State:
-        if state.value == directory:
-            return state
-    raise ValueError(f"not a dropbox state directory: {directory!r}")
-
-
-def move_between(source: State, destination: State) -> Move:
-    """The unique move from ``source`` to ``destination`` (trace replay uses this)."""
-    for move, target in TRANSITIONS[source].items():
-        if target is destination:
-            return move
-    raise IllegalMove(f"no move leads from {source.name} to {destination.name}")

@@ -55,7 +55,7 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
         data = clients.read_from(fd)
     finally:
         os.close(fd)
-    if not leases.OBSERVER.expired((str(root), client_id), data):
+    if not leases.OBSERVER.expired((str(root), client_id), data, clients.record_lease(data)):
         return "alive", True
     log.info("client %r of %s is dead: its lease record %r stayed unchanged past its bound", client_id, root, data)
     return "dead", True

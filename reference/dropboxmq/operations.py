@@ -91,7 +91,7 @@ def _tally_file(root: Path, display_name: str) -> Path:
 
 
 def record_removed(root: Path, display_name: str, per_state: dict[str, int]) -> None:
-    """Append what was removed from the dropbox ``display_name`` (as layout.all_dropboxes
+    """Append what was removed from the dropbox ``display_name`` (as inventory.all_dropboxes
     names it), by state directory name.  Best effort: a tally that cannot be written makes
     a counter restart, it loses no message."""
     line = "".join(f"{state} {n}\n" for state, n in per_state.items() if n)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import claims, codec, layout, retention
+from . import claims, codec, inventory, layout, retention
 from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
 from .store import Dropbox, NotARegularFile, ensure_plain_dir
@@ -140,7 +140,7 @@ def recover(
         cutoff = time.time() - orphan_age
         report.unfinished_removed = sweep_unfinished(root, cutoff)
         now = now_ms()
-        for _, box in layout.all_dropboxes(root):
+        for _, box in inventory.all_dropboxes(root):
             report.redelivered += reclaim_dead_owners(root, box, assume_unknown_dead)
             _sweep_working(root, box, cutoff, quarantine_orphans, report)
             report.claim_entries_removed += claims.sweep_stale(box, cutoff)
@@ -209,7 +209,7 @@ def _linked_names(box, state: State) -> set[tuple[int, str]]:
 
 def redelivery_name(original: str) -> str:
     """The name a dead owner's processing/ entry goes back to target/ under: it must carry
-    a delivery count (lifecycle.COUNT_RULES), or the next delivery would say
+    a delivery count (trace_rules.COUNT_RULES), or the next delivery would say
     JMSRedelivered=false.  A claim that stamps the count (ours, the shell consumer) left
     one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
     kept name that already carries n cannot be told from a stamped one: it stays, so the
@@ -241,7 +241,7 @@ def reclaim_own_leftovers(root: Path, client_id: str) -> int:
     if holds_claims(root, client_id):
         return 0
     moved = 0
-    for _, box in layout.all_dropboxes(root):
+    for _, box in inventory.all_dropboxes(root):
         for pname in box.list(State.DELIVERED):
             client, original = codec.split_processing_name(pname)
             if client == client_id:

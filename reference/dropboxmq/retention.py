@@ -70,7 +70,7 @@ def prune(box: Dropbox, states: list[str], older_than: float, dry_run: bool = Fa
                 result.removed += 1
                 removed_here[d] = removed_here.get(d, 0) + 1
     if root is not None and removed_here:
-        from .layout import display_name
+        from .inventory import display_name
         from .operations import record_removed
 
         record_removed(root, display_name(root, box.path), removed_here)

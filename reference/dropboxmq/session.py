@@ -23,10 +23,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import codec, layout
-from .ackmode import POLICY, AckMode, Close, Done, Failure, Take
+from .ackmode import POLICY, AckMode, Close, Done, Take
 from .claim import finish
 from .consumer import Delivery, MessageConsumer, compile_selector
-from .errors import IllegalStateError, InvalidDestinationError, LeaseExpiredError, MessageTakenError, StoreError
+from .errors import IllegalStateError, InvalidDestinationError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 from .message import (
     BytesMessage,
@@ -46,6 +46,7 @@ from .store import Dropbox, sync_many
 if TYPE_CHECKING:
     from .browser import QueueBrowser
     from .connection import Connection
+    from .listeners import Dispatcher
     from .temporary import TemporaryQueue, TemporaryTopic
     from .transaction import TransactionLog
 
@@ -67,10 +68,7 @@ class Session:
         self._consumers: list[MessageConsumer] = []
         self._closed = False
         self._lock = threading.RLock()
-        self._dispatcher: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopping = False  # close() began: the dispatcher takes no new message
-        self._in_listener: Delivery | None = None  # the message a listener is handling now
+        self._dispatcher: Dispatcher | None = None  # made when the first listener is set (listeners.py)
 
     # --- JMS surface
     @property
@@ -153,20 +151,14 @@ class Session:
     def create_temporary_queue(self) -> "TemporaryQueue":
         """A queue removed by ``delete()`` or when this connection closes; only this
         connection may consume."""
-        from .temporary import TemporaryQueue, temporary_name  # (rarely used: not imported with the session)
+        from . import temporary  # (rarely used: not imported with the session)
 
-        q = TemporaryQueue(temporary_name(self.connection.client_id), self.connection)
-        layout.queue_box(self.connection.root, q).ensure()
-        self.connection._temporary.append(q)
-        return q
+        return temporary.create_queue(self)
 
     def create_temporary_topic(self) -> "TemporaryTopic":
-        from .temporary import TemporaryTopic, temporary_name
+        from . import temporary
 
-        t = TemporaryTopic(temporary_name(self.connection.client_id), self.connection)
-        os.makedirs(layout.subscriptions_dir(self.connection.root, t), exist_ok=True)
-        self.connection._temporary.append(t)
-        return t
+        return temporary.create_topic(self)
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
@@ -347,18 +339,7 @@ class Session:
         flush DUPS_OK acks."""
         if self._closed:
             return
-        self._stopping = True
-        self._wake.set()
-        overran = False
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher is not threading.current_thread():
-            dispatcher.join(grace)
-            overran = dispatcher.is_alive()
-            running = self._in_listener
-            if overran and running is not None:
-                log.warning("message listener still running %s s after close: %s returned to the queue",
-                            grace, running.message.message_id)
-                self._redeliver([running])
+        overran = self._dispatcher is not None and self._dispatcher.stop(grace)
         # an overrunning listener holds the lock: clean up without it (its late ack finds nothing)
         locked = self._lock.acquire(blocking=not overran)
         try:
@@ -435,58 +416,13 @@ class Session:
             self._ack(self._unacked, durable=False)
             self._unacked = []
 
-    # --- listeners: one dispatcher thread per session (JMS sessions are single-threaded)
     def _ensure_dispatcher(self) -> None:
+        """A listener was set: the session's dispatcher thread delivers to it (listeners.py)."""
         if self._dispatcher is None:
-            self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"dropboxmq-{self._tag}",
-                                                daemon=True)
-            self._dispatcher.start()
-        self._wake.set()
+            from .listeners import Dispatcher  # (listeners: imported when the first is set)
 
-    def _dispatch_loop(self) -> None:
-        wait = 0.001
-        while not (self._closed or self._stopping):
-            if not self.connection._started.is_set():
-                self.connection._started.wait(self.settings.poll_interval)
-                continue
-            delivered = False
-            for consumer in list(self._consumers):
-                if consumer._listener is None or consumer._closed:
-                    continue
-                with self._lock:
-                    if self._closed or self._stopping:
-                        return
-                    try:
-                        d = consumer._claim_next()
-                        if d is None:
-                            continue
-                        delivered = True
-                        self._run_listener(consumer, d)
-                    except (StoreError, MessageTakenError, LeaseExpiredError) as exc:  # keep the dispatcher alive
-                        log.warning("listener delivery failed: %s", exc)
-                        delivered = False
-            if delivered:
-                wait = 0.001
-            else:
-                with self._lock:
-                    self._flush_lazy_acks()
-                self._wake.wait(wait)
-                self._wake.clear()
-                wait = min(wait * 2, self.settings.poll_interval)
-
-    def _run_listener(self, consumer: "MessageConsumer", d: Delivery) -> None:
-        self._delivered(d, by_listener=True)
-        self._in_listener = d
-        try:
-            consumer._listener(d.message)  # type: ignore[misc]  # set: the dispatcher checked
-        except Exception:
-            log.exception("message listener raised; the message will be redelivered")
-            if self.policy.failure is Failure.REDELIVER:
-                self._redeliver([d], back_off=True)
-            return
-        finally:
-            self._in_listener = None
-        self._done(d)
+            self._dispatcher = Dispatcher(self)
+        self._dispatcher.wake.set()
 
 
 def _acked_under_own_name(d: Delivery) -> bool:

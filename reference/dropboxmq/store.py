@@ -1,14 +1,16 @@
 """The I/O shell: the only module that creates, renames, reads or deletes message files.
 
-It executes the lifecycle table (``lifecycle.py``): every method that moves a file names its
-``Move`` and the table decides the source and destination directory.  Everything above this
-module (sessions, recovery, the CLI) thinks in moves, never in paths.
+It executes the lifecycle table (``lifecycle.py``): every method that moves a
+file names its ``Move`` and the table decides the source and destination
+directory.  Everything above this module (sessions, recovery, the CLI) thinks
+in moves, never in paths.
 
-Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/, write fully,
-fsync the file, rename into target/ *without replacing* an existing name, fsync target/.
-NON_PERSISTENT skips both fsyncs.  Batches (transactions, bulk sends) make all their files
-durable at once (``sync_files``: one syncfs, or the files' fsyncs side by side), rename them
-all, then fsync each touched directory once (group commit).
+Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/,
+write fully, fsync the file, rename into target/ *without replacing* an
+existing name, fsync target/.  NON_PERSISTENT skips both fsyncs.  Batches
+(transactions, bulk sends) make all their files durable at once (``sync_files``:
+one syncfs, or the files' fsyncs side by side), rename them all, then fsync each
+touched directory once (group commit).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
-import itertools
 import os
 import stat
 import sys
@@ -32,7 +33,7 @@ from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
     "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "Entry", "fsync_dir", "Dropbox",
-    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably", "cut_to_bytes",
+    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
     "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
 ]
 
@@ -82,87 +83,42 @@ def _dir_fd(fd: int) -> int | None:
     return None if fd == _AT_FDCWD else fd
 
 
-def _exists(path: str, dir_fd: int) -> bool:
-    try:
-        os.lstat(path, dir_fd=_dir_fd(dir_fd))
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With directory fds,
-    ``src`` and ``dst`` are names in those directories (no path walk).  For a source nobody else
-    moves (working/, a log): one others may be moving (a claim...) goes by :func:`rename_exclusive`.
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
+    directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
+    For a source nobody else moves (working/, a log): a source others may be moving at the
+    same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
 
-    renameat2(RENAME_NOREPLACE) where supported.  Elsewhere link()+unlink(): never replaces;
-    a crash between the two leaves both names on one inode, which recovery resolves (same
-    inode in working/ and target/ = sent).  The unlink is synced: a power loss must not keep
-    a later move while undoing it (PROTOCOL.md D5).  Network file systems (H6): only a
-    destination seen to exist is FileExistsError (a losing link() may answer EPERM: sshfs,
-    SMB; GlusterFS EEXIST with no file there); a link whose source vanished before the unlink
-    is undone; a link answered ENOENT with its source and the destination's directory there
-    was made (sshfs makes it, then looks the new name up: gone if another host claimed it).
+    renameat2(RENAME_NOREPLACE) where the kernel and file system support it; elsewhere
+    ``netfs.link_rename`` (link()+unlink()), whose unlink is then synced (the source
+    directory fsynced): a rename is one atomic step, two calls are not, and a power loss must
+    not keep a later move while undoing this unlink (one message under two names in two
+    states; PROTOCOL.md Durability D5).
     """
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
-    for attempt in range(3):
-        try:
-            os.link(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd),
-                    follow_symlinks=False)
-            break
-        except (FileExistsError, PermissionError, FileNotFoundError) as exc:
-            if _exists(dst, dst_dir_fd):
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
-            if not _exists(src, src_dir_fd):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
-            if exc.errno == errno.ENOENT:
-                if not _dir_there(dst, dst_dir_fd):
-                    raise
-                break  # made, and its new name moved on: the send happened (issue 28's sshfs duplicates)
-            if exc.errno == errno.EPERM or attempt == 2:
-                _rename_checked(src, dst, src_dir_fd, dst_dir_fd)  # no link() here (SMB): check, rename
-                return
-            # EEXIST with no file there (GlusterFS under a race): try again
-    try:
-        os.unlink(src, dir_fd=_dir_fd(src_dir_fd))
-    except FileNotFoundError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(dst, dir_fd=_dir_fd(dst_dir_fd))  # someone moved the source: ours is a second name
-        raise
+    from . import netfs  # (no renameat2 here: a network file system)
+
+    if not netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd)):
+        return  # renamed after all (no link() here)
     if src_dir_fd == _AT_FDCWD:
         fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
     else:
         os.fsync(src_dir_fd)
 
 
-def _dir_there(dst: str, dir_fd: int) -> bool:
-    try:  # (a removed directory has no links left)
-        return (os.fstat(dir_fd) if dir_fd != _AT_FDCWD else os.stat(os.path.dirname(dst) or ".")).st_nlink > 0
-    except OSError:
-        return False
-
-
-def _rename_checked(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
-    """rename() after checking that ``dst`` is free: FileExistsError if it is not."""
-    if _exists(dst, dst_dir_fd):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst)
-    os.rename(src, dst, src_dir_fd=_dir_fd(src_dir_fd), dst_dir_fd=_dir_fd(dst_dir_fd))
-
-
 def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Rename ``src`` to ``dst`` when others may be moving ``src`` at the same time (a CLAIM, every
-    move out of processing/ against a recovery): exactly one succeeds, the others get
-    FileNotFoundError and leave nothing behind; FileExistsError if ``dst`` exists.
-    renameat2(RENAME_NOREPLACE) where supported, else rename() after checking that ``dst`` is
-    free: the source vanishing in one step is the exclusivity.  Never link() + unlink(): two
-    movers can each link the file, and the loser's second name is a stale copy recovery would
-    deliver again (issue 28, MooseFS).  A destination made between check and rename is replaced:
-    a claim's or an ACK's names its owner, who alone makes it; a REDELIVER's only if a foreign
-    producer drops that very name into target/ in that instant."""
+    """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
+    CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
+    them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
+    if ``dst`` exists.  renameat2(RENAME_NOREPLACE) where supported, else
+    ``netfs.checked_rename`` (never link()+unlink(): see there).
+    """
     if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
         return
-    _rename_checked(src, dst, src_dir_fd, dst_dir_fd)
+    from . import netfs  # (no renameat2 here: a network file system)
+
+    netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 # ---------------------------------------------------------------- one dropbox
@@ -422,13 +378,15 @@ class Dropbox:
                 return self.move(move, source, name, new_name, durable=durable)
             return False
         except FileExistsError:
+            from . import collisions  # (a name taken where the message goes: rare)
+
             if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
                 # A foreign producer reused a name: keep both, never overwrite.
-                return self._move_aside(self.file(source, name), destination, dst_name, rename)
+                return collisions.move_aside(self, self.file(source, name), destination, dst_name, rename)
             if destination is State.NEW:
                 # target/ already holds a message of that name (a foreign file dropped twice):
                 # this one goes under a name of its own -- never a failed send, never lost.
-                moved = self._send_aside(self.file(source, name), dst_name, rename)
+                moved = collisions.send_aside(self, self.file(source, name), dst_name, rename)
                 if moved and durable:
                     self.sync(destination)
                 return moved
@@ -439,35 +397,6 @@ class Dropbox:
         if durable:
             self.sync(destination)
         return True
-
-    def _send_aside(self, src: str, name: str, rename: Callable[[str, str], None]) -> bool:
-        """Rename ``src`` into target/ under the first free ``codec.disambiguated`` name."""
-        from . import codec
-
-        names = (codec.disambiguated(name, n) for n in range(2, 1000))
-        return self._rename_to_free_name(src, State.NEW, itertools.takewhile(lambda n: n is not None, names),
-                                         "send aside", rename)
-
-    def _move_aside(self, src: str, destination: State, name: str, rename: Callable[[str, str], None]) -> bool:
-        names = (cut_to_bytes(f"{n}~{name}", MAX_NAME_BYTES) for n in range(1, 1000))
-        return self._rename_to_free_name(src, destination, names, "move aside", rename)
-
-    def _rename_to_free_name(self, src: str, destination: State, names: Iterable[str | None], what: str,
-                             rename: Callable[[str, str], None]) -> bool:
-        """Rename ``src`` into ``destination`` under the first of ``names`` not taken there
-        (False: ``src`` is gone, another process moved it)."""
-        for other in names:
-            assert other is not None
-            try:
-                rename(src, self.file(destination, other))
-                return True
-            except FileExistsError:
-                continue
-            except FileNotFoundError:
-                return False
-            except OSError as exc:
-                raise store_error(what, src, exc) from exc
-        raise StoreError(f"cannot find a free name for {src} in {destination.value}/")
 
     # --- reading
     def open_body(self, state: State, name: str) -> BinaryIO:
@@ -528,19 +457,14 @@ def _copy_file(src: int, dst: int) -> None:
 
 
 def _open_exclusive(path: str, dir_fd: int) -> int:
-    """open(O_CREAT|O_EXCL), where an EEXIST must be a file that exists: GlusterFS answered EEXIST
-    to both of two racing creates and left no file (issue 28), so a phantom EEXIST is tried
-    again; a losing create's EPERM (sshfs) is the EEXIST it means."""
-    for attempt in range(3):
-        try:
-            return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
-        except (FileExistsError, PermissionError) as exc:
-            there = _exists(path, dir_fd)
-            if there and exc.errno == errno.EPERM:
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
-            if there or exc.errno == errno.EPERM or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    """open(O_CREAT|O_EXCL); a refusal is judged by ``netfs.open_refused`` (a network file
+    system's EEXIST may be a phantom, its EPERM the EEXIST it means)."""
+    try:
+        return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
+    except (FileExistsError, PermissionError) as exc:
+        from . import netfs
+
+        return netfs.open_refused(path, _dir_fd(dir_fd), _O_CREATE, exc)
 
 
 class NotARegularFile(OSError):
@@ -639,29 +563,6 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def cut_to_bytes(name: str, limit: int) -> str:
-    """``name`` cut to at most ``limit`` bytes on disk, never inside a character (names are
-    bytes-safe text: undecodable bytes travel as surrogateescape)."""
-    raw = os.fsencode(name)
-    if len(raw) <= limit:
-        return name
-    return os.fsdecode(_whole_chars(raw[:limit]))
-
-
-def _whole_chars(raw: bytes) -> bytes:
-    """``raw`` without a multi-byte UTF-8 character cut at its end."""
-    for back in range(1, 4):
-        if len(raw) < back:
-            break
-        b = raw[-back]
-        if b < 0x80:
-            break  # ASCII: nothing cut
-        if b >= 0xC0:  # a lead byte: does its character fit in the bytes left?
-            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-            return raw if need <= back else raw[:-back]
-    return raw
 
 
 def ensure_dir(path: str | Path) -> None:

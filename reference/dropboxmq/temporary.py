@@ -1,27 +1,35 @@
 """JMS temporary destinations: a queue or topic that lives as long as the connection that made
 it (its directory is removed when that connection closes).  Imported when a session first makes
-one; whose a destination name is (``codec.temporary_owner``) is asked on every send."""
+one, or a send goes to one; whose a destination name is (``codec.temporary_owner``) is asked on
+every send."""
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import codec, layout
-from .errors import InvalidDestinationError
+from .errors import IllegalStateError, InvalidDestinationError
 from .message import (
     Destination,
+    Message,
     Queue,
     Topic,
 )
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .session import Session
+    from .store import Dropbox
 
-__all__ = ["TemporaryQueue", "TemporaryTopic", "temporary_gone", "delete_temporary", "temporary_name"]
+__all__ = [
+    "TemporaryQueue", "TemporaryTopic", "create_queue", "create_topic", "boxes_for_send", "temporary_gone",
+    "delete", "delete_temporary", "temporary_name",
+]
 
 log = logging.getLogger("dropboxmq")
 
@@ -33,7 +41,7 @@ class _Temporary:
     connection: Connection
 
     def delete(self) -> None:
-        self.connection._delete_temporary(self)  # type: ignore[arg-type]  # a Queue or Topic too
+        delete(self.connection, self)  # type: ignore[arg-type]  # a Queue or Topic too
 
     def __eq__(self, other: object) -> bool:
         kind = Queue if isinstance(self, Queue) else Topic
@@ -51,6 +59,47 @@ class TemporaryQueue(_Temporary, Queue):
 @dataclass(frozen=True, eq=False)
 class TemporaryTopic(_Temporary, Topic):
     connection: Connection = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+
+def create_queue(session: Session) -> TemporaryQueue:
+    """Session.create_temporary_queue(): a queue of this connection's, made now."""
+    connection = session.connection
+    q = TemporaryQueue(temporary_name(connection.client_id), connection)
+    layout.queue_box(connection.root, q).ensure()
+    connection._temporary.append(q)
+    return q
+
+
+def create_topic(session: Session) -> TemporaryTopic:
+    """Session.create_temporary_topic(): a topic of this connection's, made now."""
+    connection = session.connection
+    t = TemporaryTopic(temporary_name(connection.client_id), connection)
+    os.makedirs(layout.subscriptions_dir(connection.root, t), exist_ok=True)
+    connection._temporary.append(t)
+    return t
+
+
+def boxes_for_send(connection: Connection, dest: Destination, header: Message) -> list[Dropbox]:
+    """Where a send to a temporary destination writes.  It lives as long as its connection: once
+    that closed (its directory is gone) a send is an error, and never re-creates the directory."""
+    if isinstance(dest, Queue):
+        box = layout.queue_box(connection.root, dest)
+        if box.exists():
+            return [box]
+    elif layout.subscriptions_dir(connection.root, dest).is_dir():
+        from .topics import fan_out_targets
+
+        return fan_out_targets(connection.root, dest, header, connection.client_id)
+    raise temporary_gone(dest)
+
+
+def delete(connection: Connection, dest: Destination) -> None:
+    """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
+    if any(c.destination == dest and not c._closed for s in connection._sessions for c in s._consumers):
+        raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
+    if dest in connection._temporary:
+        connection._temporary.remove(dest)
+        delete_temporary(connection.root, dest)
 
 
 def temporary_gone(dest: Destination | None) -> InvalidDestinationError:

@@ -341,9 +341,23 @@ def unsubscribe(conn: "Connection", name: str) -> None:
 def _refuse_pending_work(conn: "Connection", sub: Subscription, name: str) -> None:
     """Removing a subscription deletes its messages: not while this connection still holds some
     of them unacknowledged or in an open transaction (JMS: unsubscribe is then an error)."""
-    if conn._has_pending_work(sub.box):
+    if _has_pending_work(conn, sub.box):
         raise IllegalStateError(
             f"subscription {name!r} has messages this connection has not acknowledged or committed")
+
+
+def _has_pending_work(conn: "Connection", box: Dropbox) -> bool:
+    """Does a session of ``conn`` hold messages of ``box`` in an open transaction or delivered
+    and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
+    rel = os.path.relpath(box.path, conn.root)
+    for s in list(conn._sessions):
+        with s._lock:
+            s._flush_lazy_acks()
+            if s._tx is not None and any(e.box == rel for e in s._tx.entries):
+                return True
+            if any(d.box.path == box.path for d in s._unacked):
+                return True
+    return False
 
 
 # ---------------------------------------------------------------- publishing

@@ -431,7 +431,7 @@ class DropboxMQBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         now = now_ms()
         items: list[tuple[str, str]] = []
-        for name in sorted(self.box.list(State.NEW), key=codec.sort_key):
+        for name in codec.in_delivery_order(self.box.list(State.NEW)):
             msg = from_wire(name, now)
             if msg.is_expired(now) and "expired" not in self.include:
                 continue

@@ -297,7 +297,7 @@ def figures(path: str | Path, engine: str = "python", **kw: Any) -> dict:
 
 def consistency(root: str | Path) -> dict:
     """Every message in exactly one state, names decodable, no orphans."""
-    from dropboxmq import codec, layout
+    from dropboxmq import codec, inventory
     from dropboxmq.liveness import liveness
     from dropboxmq.lifecycle import STATE_DIRS, State
     from dropboxmq.transaction import log_owner, pending_logs, read_log
@@ -323,7 +323,7 @@ def consistency(root: str | Path) -> dict:
         named_by_logs.update((e.box, e.name) for e in entries if e.kind == "send")
         if alive(owner) == "dead":
             report["dead-owner-logs"].append(f"{where.value}/{path.name}")
-    for display, box in layout.all_dropboxes(root):
+    for display, box in inventory.all_dropboxes(root):
         report["dropboxes"] += 1
         rel = os.path.relpath(box.path, root)
         seen: dict[str, str] = {}

@@ -28,8 +28,8 @@ How faults reach the library (what works in this sandbox, measured):
   libfiu point).
 
 Only calls made *by the library* are counted and faulted: the wrapper is
-installed as the ``os`` attribute of ``dropboxmq.store`` and
-``dropboxmq.transaction`` (the only modules that touch message files); the
+installed as the ``os`` attribute of ``dropboxmq.store``, ``dropboxmq.netfs`` (its paths
+without renameat2) and ``dropboxmq.transaction`` (the only modules that touch message files); the
 test's own history writes use the real ``os`` and are never faulted.
 """
 
@@ -238,10 +238,11 @@ class FaultyOs:
 
 def install(plan: Plan, rename_path: str = "renameat2") -> None:
     """Route the library's file calls through ``plan`` (call in the child process only)."""
-    from dropboxmq import store, transaction
+    from dropboxmq import netfs, store, transaction
 
     faulty = FaultyOs(os, plan)
     store.os = faulty  # type: ignore[assignment]
+    netfs.os = faulty  # type: ignore[assignment]  # (the link()+unlink() path without renameat2)
     transaction.os = faulty  # type: ignore[assignment]
     if rename_path == "link" or store.renameat2 is None:
         store.noreplace_supported = False

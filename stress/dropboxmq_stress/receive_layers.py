@@ -11,7 +11,7 @@ is the median of its rounds, as in ``make bench``; the listing is inside every t
   rename by path into ``processing/``, open + read + close, rename into ``processed/``.
 * ``os-dirfd`` — the same, each rename and open relative to a held directory fd.
 * ``names`` — plus what the protocol asks of a name: priority order
-  (``codec.sort_rank``), the decoded message and the delivery count stamped on the claim
+  (``codec.sort_key``), the decoded message and the delivery count stamped on the claim
   (``codec.first_delivery``), the client-id prefix (``codec.processing_name``).
 * ``fstat`` — plus the body read as the library reads it (``store.read_regular_file``:
   fstat, so a FIFO or device planted in the dropbox is never read or delivered).
@@ -82,7 +82,7 @@ def _by_fd(box_path: str, level: str) -> int:
         if level == "os-dirfd":
             names = sorted(os.listdir(target))
         else:
-            names = sorted(os.listdir(target), key=codec.sort_rank)
+            names = sorted(os.listdir(target), key=codec.sort_key)
         for name in names:
             if level == "os-dirfd":
                 claimed = f"{_CLIENT}~{name}"
@@ -116,7 +116,7 @@ def _store(box_path: str) -> int:
     settings = ClaimSettings()
     got = 0
     try:
-        for name in sorted(box.list(State.NEW), key=codec.sort_rank):
+        for name in sorted(box.list(State.NEW), key=codec.sort_key):
             d = decide(name, 0, settings)
             assert d.verdict is Verdict.CLAIM and d.header is not None, name
             pname = codec.processing_name(_CLIENT, d.claimed_name)

@@ -1,0 +1,98 @@
+"""Message listeners: one dispatcher thread per session (JMS sessions are single-threaded) that
+claims for every consumer with a listener and runs it, the session's ack mode deciding what a
+returning or raising listener means (``ackmode.POLICY``: *done* and *failure*).  Made when a
+session's first listener is set (``MessageConsumer.set_message_listener``); a session whose
+consumers only ``receive()`` never starts one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from .ackmode import Failure
+from .errors import LeaseExpiredError, MessageTakenError, StoreError
+
+if TYPE_CHECKING:
+    from .consumer import Delivery, MessageConsumer
+    from .session import Session
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("dropboxmq")
+
+
+class Dispatcher:
+    """The thread that delivers a session's messages to its consumers' listeners."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.wake = threading.Event()  # a listener was set, or close() began
+        self.stopping = False  # close() began: the dispatcher takes no new message
+        self.running: Delivery | None = None  # the message a listener is handling now
+        self.thread = threading.Thread(target=self._loop, name=f"dropboxmq-{session._tag}", daemon=True)
+        self.thread.start()
+
+    def stop(self, grace: float | None) -> bool:
+        """The session closes: let a running listener finish within ``grace`` seconds (None: however
+        long it takes); past it, its message is returned to the queue.  True if it overran."""
+        self.stopping = True
+        self.wake.set()
+        if self.thread is threading.current_thread():
+            return False  # close() from inside a listener
+        self.thread.join(grace)
+        overran = self.thread.is_alive()
+        running = self.running
+        if overran and running is not None:
+            log.warning("message listener still running %s s after close: %s returned to the queue",
+                        grace, running.message.message_id)
+            self.session._redeliver([running])
+        return overran
+
+    def _loop(self) -> None:
+        session = self.session
+        wait = 0.001
+        while not (session._closed or self.stopping):
+            if not session.connection._started.is_set():
+                session.connection._started.wait(session.settings.poll_interval)
+                continue
+            delivered = False
+            for consumer in list(session._consumers):
+                if consumer._listener is None or consumer._closed:
+                    continue
+                with session._lock:
+                    if session._closed or self.stopping:
+                        return
+                    try:
+                        d = consumer._claim_next()
+                        if d is None:
+                            continue
+                        delivered = True
+                        self._run(consumer, d)
+                    except (StoreError, MessageTakenError, LeaseExpiredError) as exc:  # keep the dispatcher alive
+                        log.warning("listener delivery failed: %s", exc)
+                        delivered = False
+            if delivered:
+                wait = 0.001
+            else:
+                with session._lock:
+                    session._flush_lazy_acks()
+                self.wake.wait(wait)
+                self.wake.clear()
+                wait = min(wait * 2, session.settings.poll_interval)
+
+    def _run(self, consumer: MessageConsumer, d: Delivery) -> None:
+        session = self.session
+        session._delivered(d, by_listener=True)
+        self.running = d
+        try:
+            consumer._listener(d.message)  # type: ignore[misc]  # set: the loop checked
+        except Exception:
+            log.exception("message listener raised; the message will be redelivered")
+            if session.policy.failure is Failure.REDELIVER:
+                session._redeliver([d], back_off=True)
+            return
+        finally:
+            self.running = None
+        session._done(d)
