@@ -99,6 +99,7 @@ def _log_to(hist_dir: str, name: str) -> Any:
     kept with ``--keep`` says what each process's recovery decided."""
     import logging
 
+    Path(hist_dir).mkdir(parents=True, exist_ok=True)  # (netfs_bench's phases name theirs first)
     handler = logging.FileHandler(Path(hist_dir) / f"{name}.log")
     handler.setFormatter(logging.Formatter("%(created).6f %(levelname)s %(message)s"))
     logger = logging.getLogger("dropboxmq")
