@@ -106,6 +106,27 @@ def test_kill_9_of_receive_kills_the_handler_before_anyone_redelivers(tmp_path: 
     assert json.loads(result.stdout)["redelivered"] is True
 
 
+def test_a_consumer_killed_the_instant_its_handler_starts_takes_the_handlers_children(tmp_path: Path) -> None:
+    """CI flake of the test above: the handler's process group was registered with the watchdog
+    only after Popen returned (and the watchdog itself started then), so a consumer killed at
+    once left the handler's own children running.  Here the handler kills its consumer first."""
+    import sys
+    import textwrap
+
+    pids = tmp_path / "pids"
+    consumer = textwrap.dedent(f"""
+        import os
+        from dropboxmq.graceful import HandlerRunner, StopSignals
+        runner = HandlerRunner(StopSignals(grace=1.0))
+        runner.run('sleep 60 & echo $! > "{pids}"; kill -9 $PPID; wait',
+                   open(os.devnull, "rb"), dict(os.environ))
+    """)
+    proc = subprocess.run([sys.executable, "-c", consumer], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    sleep_pid = int(pids.read_text())
+    wait_for(lambda: not alive(sleep_pid), "the handler's child to be killed with its consumer")
+
+
 @needs_script
 def test_ctrl_c_ends_follow_with_exit_0(root: Path) -> None:
     ok(root, "init", "q")

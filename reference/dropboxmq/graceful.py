@@ -98,18 +98,26 @@ class HandlerRunner:
         self._prctl = _libc_prctl()
         self._watchdog: subprocess.Popen[bytes] | None = None
 
-    def _watch(self, line: str) -> None:
+    def _watchdog_stdin(self) -> IO[bytes]:
         if self._watchdog is None:
             # its own session: a terminal's Ctrl-C must not end it; no inherited output pipes to hold open
             self._watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG_SOURCE], stdin=subprocess.PIPE,
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                               start_new_session=True)
         assert self._watchdog.stdin is not None
-        self._watchdog.stdin.write(line.encode() + b"\n")
-        self._watchdog.stdin.flush()
+        return self._watchdog.stdin
 
-    def _in_child(self, parent: int) -> None:
-        """After fork, before exec: die with the consumer (the watchdog also kills the group)."""
+    def _watch(self, line: str) -> None:
+        stdin = self._watchdog_stdin()
+        stdin.write(line.encode() + b"\n")
+        stdin.flush()
+
+    def _in_child(self, parent: int, watchdog: int) -> None:
+        """After fork and setsid, before exec: register this new group with the watchdog (so a
+        consumer killed the instant the handler starts still takes the handler's children with
+        it: registering after Popen returned left that window, CI flake) and die with the
+        consumer."""
+        os.write(watchdog, f"+{os.getpid()}\n".encode())  # (one short write to a pipe: atomic)
         if self._prctl is not None:
             self._prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the consumer died before the line above took effect
@@ -118,10 +126,9 @@ class HandlerRunner:
     def run(self, command: str, stdin: IO[bytes], env: Mapping[str, str]) -> int | None:
         """Run ``command`` in a shell; its exit status, or None when it was killed because it
         outlasted the grace of a requested stop."""
-        parent = os.getpid()
+        parent, watchdog = os.getpid(), self._watchdog_stdin().fileno()
         proc = subprocess.Popen(command, shell=True, stdin=stdin, env=env, start_new_session=True,
-                                preexec_fn=lambda: self._in_child(parent))
-        self._watch(f"+{proc.pid}")
+                                preexec_fn=lambda: self._in_child(parent, watchdog))
         try:
             while True:
                 left = self.stop.seconds_left()
