@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dropboxmq import codec, javanum
 from dropboxmq import ids as message_ids
+from dropboxmq.browser import in_delivery_order
 from dropboxmq.bodies import decode_map, decode_stream, encode_map, encode_stream
 from dropboxmq.codec import (
     decode_field,
@@ -25,23 +26,14 @@ from dropboxmq.codec import (
     encode_name,
     processing_name,
     split_processing_name,
-    in_delivery_order,
     key_priority,
     sort_key,
     with_delivery_count,
 )
 from dropboxmq.errors import MessageFormatError, NameTooLongError
 from dropboxmq.ids import new_message_id
-from dropboxmq.message import (
-    MESSAGE_CLASSES,
-    BytesMessage,
-    MapMessage,
-    Message,
-    Queue,
-    StreamMessage,
-    TextMessage,
-    Topic,
-)
+from dropboxmq.bodies import MESSAGE_CLASSES, BytesMessage, MapMessage, StreamMessage
+from dropboxmq.message import Message, Queue, TextMessage, Topic
 from dropboxmq.values import Property
 
 # Deterministic hypothesis runs (no example database, fixed derivation of examples).
@@ -489,7 +481,7 @@ def test_tolerant_fields():
 @DET
 @given(st.text(max_size=300))
 def test_decode_name_never_raises(name):
-    msg = codec._decode_name_strict(name, 99, "B", False)  # the path without the safety net
+    msg = codec._decode(name, 99, "B", False, False)  # the path without the safety net
     assert isinstance(msg, Message)
     assert decode_name(name, claimed=True).message_id.startswith("ID:")
     key = key_parts(sort_key(name))
@@ -507,7 +499,7 @@ near_names = st.from_regex(
 @DET
 @given(near_names)
 def test_decode_near_valid_names(name):
-    msg = codec._decode_name_strict(name, 99, "B", False)
+    msg = codec._decode(name, 99, "B", False, False)
     key = key_parts(sort_key(name))
     assert key[0] == msg.priority
     assert (key[1] == 2) == (msg.message_id == "ID:" + name)

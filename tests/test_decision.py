@@ -26,10 +26,10 @@ def test_plain_name_is_claimed_with_its_tail_read_once():
     assert d.claimed_name == codec.with_delivery_count(name, 1)
     assert codec.name_delivery_count(d.claimed_name) == 1
     assert vars(d.header) == vars(codec.from_wire(name, NOW))
-    codec._first_delivery_tail.cache_clear()
+    codec._read_tail.cache_clear()
     for _ in range(3):
         decide(wire(priority=7), NOW, PLAIN)
-    assert codec._first_delivery_tail.cache_info().misses == 1  # three names, one tail decoded
+    assert codec._read_tail.cache_info().misses == 1  # three names, one tail decoded
 
 
 def test_selector_rejects_or_claims_with_the_decoded_header():
@@ -67,23 +67,22 @@ def test_no_attempt_allowed_dead_letters_even_the_fast_path():
     assert d.verdict is Verdict.CLAIM and d.dead_letter
 
 
-def test_names_that_could_hold_a_claim_back_are_decoded_in_full():
-    assert codec.first_delivery(wire()) is not None
-    assert codec.first_delivery(wire(delivery_mode=DeliveryMode.NON_PERSISTENT)) is not None
-    assert codec.first_delivery(wire(expiration=NOW + 10)) is None
-    assert codec.first_delivery(wire(delivery_time=NOW + 10)) is None
-    assert codec.first_delivery(codec.with_delivery_count(wire(), 1)) is None
-    assert codec.first_delivery("4.1-2.T.....%4AMSXDeliveryCountI=1") is None  # an escaped count is a count
-    assert codec.first_delivery("4.1-2.T..%4AMSXDeliveryCountI=1") is not None  # a correlation id, not a count
-    assert codec.first_delivery("not a dropboxmq name") is None  # foreign: the full decode says what it is
-    assert codec.first_delivery("+4.1-2.T") is None  # a priority 1.2 would not write
+def test_names_sharing_a_tail_are_decoded_into_messages_of_their_own():
+    """The tail is read once; what a caller does to one message never shows in the next."""
+    first, second = wire(correlation_id="c", properties={"a": Property("I", 1)}), wire(correlation_id="c")
+    second = first.replace(first.split(".")[1], second.split(".")[1])  # the same tail, another id
+    d = decide(first, NOW, PLAIN)
+    d.header.properties["a"] = Property("I", 2)
+    d.header.correlation_id = "changed"
+    again = decide(second, NOW, PLAIN).header
+    assert (again.properties["a"], again.correlation_id) == (Property("I", 1), "c")
+    assert again.message_id == "ID:" + second.split(".")[1] and again.properties is not d.header.properties
 
 
 def test_a_name_with_no_room_for_the_count_is_claimed_unchanged():
     name = "4.1763000000000123-0000000001.T.....aS=" + "x" * (250 - 39)
     assert len(name) == 250 and codec.with_delivery_count(name, 1) == name  # 255 bytes at most
-    claimed, _ = codec.first_delivery(name)
-    assert claimed == name
+    assert decide(name, NOW, PLAIN).claimed_name == name
 
 
 names = st.one_of(
@@ -135,12 +134,12 @@ def test_decide_says_what_the_full_decode_says(name, selector):
 
 @settings(max_examples=300, deadline=None)
 @given(names)
-def test_first_delivery_reads_a_name_as_the_full_decode_does(name):
-    """The per-tail cache gives the very claimed name and message the codec gives."""
-    first = codec.first_delivery(name)
-    if first is not None:
-        claimed, msg = first
-        full = codec.from_wire(name, NOW)
-        assert claimed == codec.with_delivery_count(name, 1)
-        assert type(msg) is type(full) and vars(msg) == vars(full)
-        assert msg.properties is not codec.first_delivery(name)[1].properties  # each message its own dict
+def test_a_cached_tail_reads_as_a_fresh_one(name):
+    """A name decoded after another with its tail (whose message was then changed) reads as it
+    does with nothing cached."""
+    seen = codec.from_wire(name, NOW)
+    seen.properties["x"] = Property("S", "y")
+    seen.jms_type = "changed"
+    cached = codec.from_wire(name, NOW)
+    codec._read_tail.cache_clear()
+    assert type(cached) is type(codec.from_wire(name, NOW)) and vars(cached) == vars(codec.from_wire(name, NOW))

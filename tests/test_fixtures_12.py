@@ -17,7 +17,8 @@ from dropboxmq.codec import (
     split_processing_name,
     with_delivery_count,
 )
-from dropboxmq.message import MESSAGE_CLASSES, Queue, TextMessage, Topic
+from dropboxmq.bodies import MESSAGE_CLASSES
+from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.values import Property
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dropboxmq import codec
+from dropboxmq.browser import in_delivery_order
 from dropboxmq_spec import grammar
 
 FIXTURES = Path(os.environ.get("DROPBOXMQ_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
@@ -68,7 +69,7 @@ def test_every_12_fixture_name_reads_the_same(name):
 
 def test_fixture_order_is_the_reference_order():
     targets = [n for n in FIXTURE_NAMES if "~" not in n]
-    assert sorted(targets, key=grammar.order_key) == codec.in_delivery_order(targets)
+    assert sorted(targets, key=grammar.order_key) == in_delivery_order(targets)
 
 
 # names built from the grammar's pieces, and from any text at all
@@ -122,7 +123,7 @@ def test_fields_escape_and_unescape_as_the_reference(text):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(names(), min_size=2, max_size=8))
 def test_order_is_the_reference_order(batch):
-    assert sorted(batch, key=grammar.order_key) == codec.in_delivery_order(batch)
+    assert sorted(batch, key=grammar.order_key) == in_delivery_order(batch)
 
 
 def test_ids_the_judge_makes_sort_in_the_order_it_makes_them():

@@ -109,7 +109,8 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
            shutdown_at_dir_fsync: int | None = None, started: int | None = None) -> None:
     """The seeded workload; one JSON line per operation *after* it returned.  One byte on the
     pipe ``started`` once the workload begins (the parent's seeded delay counts from there)."""
-    from dropboxmq.message import BytesMessage, DeliveryMode, Queue
+    from dropboxmq.bodies import BytesMessage
+    from dropboxmq.message import DeliveryMode, Queue
     from dropboxmq.ackmode import AckMode
     from dropboxmq.connection import Connection, Settings
 
@@ -391,7 +392,8 @@ def test_client_ack_whose_fsync_fails_does_not_return(tmp_path, monkeypatch):
 
     from dropboxmq import store
     from dropboxmq.errors import StoreError
-    from dropboxmq.message import BytesMessage, Queue
+    from dropboxmq.bodies import BytesMessage
+    from dropboxmq.message import Queue
     from dropboxmq.ackmode import AckMode
     from dropboxmq.connection import Connection, Settings
 

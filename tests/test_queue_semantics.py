@@ -22,7 +22,8 @@ from dropboxmq.errors import (
     UnsupportedFileSystemError,
 )
 from dropboxmq.lifecycle import Move, State
-from dropboxmq.message import BytesMessage, DeliveryMode, MapMessage, ObjectMessage, Queue, StreamMessage, TextMessage, Topic
+from dropboxmq.bodies import BytesMessage, MapMessage, ObjectMessage, StreamMessage
+from dropboxmq.message import DeliveryMode, Queue, TextMessage, Topic
 from dropboxmq.values import Property
 from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE
 from dropboxmq.connection import Connection, Settings

@@ -26,7 +26,8 @@ pytest.importorskip("pyspark")
 from pyspark.errors import PySparkException  # noqa: E402
 from spark_fixtures import spark_env  # noqa: E402
 
-from dropboxmq.message import BytesMessage, Queue, TextMessage  # noqa: E402
+from dropboxmq.bodies import BytesMessage  # noqa: E402
+from dropboxmq.message import Queue, TextMessage  # noqa: E402
 from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE  # noqa: E402
 from dropboxmq.connection import Connection, Settings  # noqa: E402
 

@@ -16,7 +16,8 @@ pa = pytest.importorskip("pyarrow")
 
 from dropboxmq import layout  # noqa: E402
 from dropboxmq.lifecycle import State  # noqa: E402
-from dropboxmq.message import BytesMessage, DeliveryMode, Queue, TextMessage  # noqa: E402
+from dropboxmq.bodies import BytesMessage  # noqa: E402
+from dropboxmq.message import DeliveryMode, Queue, TextMessage  # noqa: E402
 from dropboxmq.connection import Connection  # noqa: E402
 from dropboxmq.store import Dropbox  # noqa: E402
 from dropboxmq.transaction import LogEntry, TransactionLog, ensure_layout, read_log  # noqa: E402

@@ -341,7 +341,8 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
     in processing/ of a consumer that then closed cleanly -- nobody would ever reclaim it."""
     from dropboxmq import store
     from dropboxmq.errors import StoreError
-    from dropboxmq.message import BytesMessage, Queue
+    from dropboxmq.bodies import BytesMessage
+    from dropboxmq.message import Queue
     from dropboxmq.connection import Connection, Settings
 
     root, q = tmp_path / "root", Queue("Q")

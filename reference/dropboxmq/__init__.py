@@ -23,7 +23,7 @@ __all__ = [
     "Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser", "MessageListener", "Settings",
     "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
     "TemporaryQueue", "TemporaryTopic",
-    # from .message
+    # from .message, .bodies
     "Queue", "Topic", "Destination", "DeliveryMode", "Message", "TextMessage", "BytesMessage",
     "MapMessage", "StreamMessage", "ObjectMessage",
     # from .values
@@ -35,16 +35,16 @@ __all__ = [
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
-_SOURCES = ("errors", "message", "ackmode", "connection", "session", "producer", "consumer", "browser", "temporary",
-            "values")
+_SOURCES = ("errors", "message", "bodies", "ackmode", "connection", "session", "producer", "consumer", "browser",
+            "temporary", "values")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
                          InvalidSelectorError, JMSException, LeaseExpiredError, MessageFormatError,
                          MessageTakenError, QueueNotFoundError, RootNotFoundError, StoreError,
                          TransactionRolledBackError)
-    from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage,
-                          Queue, StreamMessage, TextMessage, Topic)
+    from .bodies import BytesMessage, MapMessage, ObjectMessage, StreamMessage
+    from .message import DeliveryMode, Destination, Message, Queue, TextMessage, Topic
     from .ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode
     from .browser import QueueBrowser
     from .connection import Connection, Settings

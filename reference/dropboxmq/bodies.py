@@ -1,4 +1,5 @@
-"""Body encodings of Map and Stream messages [ours].
+"""The non-text message classes (Bytes, Map, Stream, Object) and the body encodings of Map and
+Stream messages [ours].
 
 1.2 used Java serialization; we use UTF-8 JSON of typed values, readable from
 any language and never executed.  A value is ``null`` or a two-element array
@@ -36,13 +37,16 @@ import base64
 import binascii
 import json
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from .errors import MessageFormatError
 from .javanum import JAVA_INT_RE, to_f32
+from .message import Message, TextMessage
 from .values import INT_BITS, Property, coerce, infer_letter
 
-__all__ = ["encode_map", "decode_map", "encode_stream", "decode_stream"]
+__all__ = ["encode_map", "decode_map", "encode_stream", "decode_stream", "BytesMessage", "MapMessage", "StreamMessage",
+           "ObjectMessage", "MESSAGE_CLASSES", "message_for_letter"]
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -205,3 +209,59 @@ def decode_stream(data: bytes, typed: bool = False) -> list[Any]:
     if not isinstance(obj, list):
         raise MessageFormatError("stream body must be a JSON array")
     return [_decode_value(item, typed) for item in obj]
+
+
+@dataclass
+class BytesMessage(Message):
+    class_letter = "B"
+
+
+@dataclass
+class MapMessage(Message):
+    """Body: a JSON object of typed values (:func:`encode_map`)."""
+
+    class_letter = "P"
+
+    @property
+    def map(self) -> dict[str, Any]:
+        return decode_map(self.body)
+
+    @map.setter
+    def map(self, value: dict[str, Any]) -> None:
+        self.body = encode_map(value)
+
+
+@dataclass
+class StreamMessage(Message):
+    """Body: a JSON array of typed values (:func:`encode_stream`)."""
+
+    class_letter = "S"
+
+    @property
+    def items(self) -> list[Any]:
+        return decode_stream(self.body)
+
+    @items.setter
+    def items(self, value: list[Any]) -> None:
+        self.body = encode_stream(value)
+
+
+@dataclass
+class ObjectMessage(Message):
+    """Body: opaque bytes.  Never unpickled by default: pass your own deserializer."""
+
+    class_letter = "O"
+
+    def get_object(self, deserializer: Callable[[bytes], Any]) -> Any:
+        return deserializer(self.body)
+
+
+MESSAGE_CLASSES: dict[str, type[Message]] = {
+    cls.class_letter: cls
+    for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
+}
+
+
+def message_for_letter(letter: str) -> type[Message]:
+    """The class of a 1.2 class letter; BytesMessage for an unknown one ([ours], see codec)."""
+    return MESSAGE_CLASSES.get(letter, BytesMessage)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from . import codec, layout
 from .codec import from_wire, now_ms
@@ -17,7 +17,7 @@ from .message import (
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["QueueBrowser"]
+__all__ = ["QueueBrowser", "in_delivery_order"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -34,7 +34,7 @@ class QueueBrowser:
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()
-        names = codec.in_delivery_order(self.box.list(State.NEW))
+        names = in_delivery_order(self.box.list(State.NEW))
         for name in names:
             msg = from_wire(name, now)
             if msg.is_expired(now) or msg.delivery_time > now:
@@ -54,3 +54,9 @@ class QueueBrowser:
     def close(self) -> None:
         pass
 
+
+def in_delivery_order(names: Iterable[str]) -> list[str]:
+    """``names`` in delivery order (``codec.sort_key``; equal keys by name)."""
+    ordered = sorted(names)
+    ordered.sort(key=codec.sort_key)
+    return ordered

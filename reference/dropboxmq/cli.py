@@ -399,7 +399,8 @@ def _check_utf8_file(stream) -> None:
 
 def _send(ctx, dest, body, body_file, count, as_bytes, as_text, priority, ttl, delay, non_persistent,
           correlation_id, jms_type, reply_to, properties, transacted, client_id, lines=False, create=False) -> None:
-    from .message import BytesMessage, TextMessage
+    from .bodies import BytesMessage
+    from .message import TextMessage
 
     if body is not None and body_file is not None:
         raise click.UsageError("give BODY or --file, not both")

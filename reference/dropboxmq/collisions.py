@@ -28,9 +28,8 @@ def disambiguated(name: str, n: int) -> str | None:
     id -- the id field of a message name, the first field of any other -- so every header
     reads the same and the id is new.  ``_`` never turns a field into a number, so a name
     stays as parseable as it was.  The id is cut to keep 255 bytes; None if it cannot be."""
-    parsed = codec.split_name(name)
-    fields = parsed[1] if parsed is not None else name.split(".")
-    at = 1 if parsed is not None else 0
+    fields = name.split(".")
+    at = 1 if codec.split_name(name) is not None else 0
     suffix = f"_{n}"
     field = fields[at]
     while True:

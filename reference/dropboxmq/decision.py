@@ -14,11 +14,6 @@ from a clock) and answers one of
 No I/O, no clock, no state: the session's consumer and the Spark source are thin shells
 that execute the verdict with ``store.Dropbox.move`` (one lifecycle move each), and the
 tests drive it with any clock they like.
-
-The fast path: a name that carries nothing that could hold it back (no expiration, no
-delivery time, no delivery count yet) is read by ``codec.first_delivery``, which decodes each
-distinct tail of a name (everything after priority and id) once, not each name; only a
-selector is left to decide on it.
 """
 
 from __future__ import annotations
@@ -70,16 +65,11 @@ def decide(name: str, now: int, settings: ClaimSettings, attempted: int = 0) -> 
     """The verdict on ``name`` in ``target/`` at ``now`` (ms since the epoch).  ``attempted``:
     the deliveries made before, when the name cannot carry them (the claim register's count,
     ``claims.py``); the name's own count counts when it is higher."""
-    first = codec.first_delivery(name) if not attempted else None
-    if first is not None:  # nothing in the name can hold it back: only a selector can
-        claimed, header = first
-        if settings.selector is not None and not settings.selector.matches(header):
-            return Decision(Verdict.SKIP, header)
-        return _make_decision(Decision, (Verdict.CLAIM, header, 1, claimed, 0, settings.max_delivery_attempts < 1))
-    header = codec.from_wire(name, now)
+    header, claimed = codec.claim_reading(name, now)
     if attempted >= header.delivery_count:
         header.delivery_count, header.redelivered = attempted + 1, True
         header.properties[codec.DELIVERY_COUNT] = Property("I", attempted + 1)
+        claimed = codec.with_delivery_count(name, attempted + 1)
     if settings.selector is not None and not settings.selector.matches(header):
         return Decision(Verdict.SKIP, header)
     if header.delivery_time > now:
@@ -88,5 +78,4 @@ def decide(name: str, now: int, settings: ClaimSettings, attempted: int = 0) -> 
     if header.is_expired(now):
         return Decision(Verdict.EXPIRE, header)
     count = header.delivery_count
-    return Decision(Verdict.CLAIM, header, count, codec.with_delivery_count(name, count),
-                    dead_letter=count > settings.max_delivery_attempts)
+    return _make_decision(Decision, (Verdict.CLAIM, header, count, claimed, 0, count > settings.max_delivery_attempts))

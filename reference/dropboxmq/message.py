@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from .errors import InvalidDestinationError, MessageFormatError
 from .values import Property, PropertyValue
 
 _Default = TypeVar("_Default")
 
-__all__ = [
-    "validate_name", "name_bytes", "Queue", "Topic", "Destination", "DeliveryMode", "DEFAULT_PRIORITY",
-    "CLASS_LETTERS", "Message", "TextMessage", "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage",
-    "MESSAGE_CLASSES", "message_for_letter",
-]
+__all__ = ["validate_name", "name_bytes", "Queue", "Topic", "Destination", "DeliveryMode", "DEFAULT_PRIORITY",
+           "CLASS_LETTERS", "Message", "TextMessage"]
 
 
 # ---------------------------------------------------------------- destinations
@@ -192,66 +189,3 @@ class TextMessage(Message):
     @text.setter
     def text(self, value: str) -> None:
         self.body = value.encode("utf-8")
-
-
-@dataclass
-class BytesMessage(Message):
-    class_letter = "B"
-
-
-@dataclass
-class MapMessage(Message):
-    """Body: a JSON object of typed values (see bodies.encode_map)."""
-
-    class_letter = "P"
-
-    @property
-    def map(self) -> dict[str, Any]:
-        from .bodies import decode_map  # (Map and Stream bodies: imported when first used)
-
-        return decode_map(self.body)
-
-    @map.setter
-    def map(self, value: dict[str, Any]) -> None:
-        from .bodies import encode_map  # (Map and Stream bodies: imported when first used)
-
-        self.body = encode_map(value)
-
-
-@dataclass
-class StreamMessage(Message):
-    """Body: a JSON array of typed values (see bodies.encode_stream)."""
-
-    class_letter = "S"
-
-    @property
-    def items(self) -> list[Any]:
-        from .bodies import decode_stream  # (Map and Stream bodies: imported when first used)
-
-        return decode_stream(self.body)
-
-    @items.setter
-    def items(self, value: list[Any]) -> None:
-        from .bodies import encode_stream  # (Map and Stream bodies: imported when first used)
-
-        self.body = encode_stream(value)
-
-
-@dataclass
-class ObjectMessage(Message):
-    """Body: opaque bytes.  Never unpickled by default: pass your own deserializer."""
-
-    class_letter = "O"
-
-    def get_object(self, deserializer: Callable[[bytes], Any]) -> Any:
-        return deserializer(self.body)
-
-
-MESSAGE_CLASSES: dict[str, type[Message]] = {
-    cls.class_letter: cls
-    for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
-}
-
-
-def message_for_letter(letter: str) -> type[Message]:
-    return MESSAGE_CLASSES.get(letter, BytesMessage)

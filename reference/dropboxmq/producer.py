@@ -15,13 +15,10 @@ from .codec import to_wire
 from .errors import InvalidDestinationError, StoreError
 from .lifecycle import Move, State
 from .message import (
-    BytesMessage,
     DeliveryMode,
     Destination,
-    MapMessage,
     Message,
     Queue,
-    StreamMessage,
     TextMessage,
     Topic,
 )
@@ -92,6 +89,7 @@ class MessageProducer:
         memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
         its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
         self.session._check_open()
+        from .bodies import BytesMessage  # (non-text bodies)
         msg = BytesMessage() if message is None else message
         msg.body = b""
         prepared = self._prepare(msg, destination, **headers)
@@ -192,6 +190,7 @@ def as_message(body: "Message | Body") -> Message:
         return body
     if isinstance(body, str):
         return TextMessage(body)
+    from .bodies import BytesMessage, MapMessage, StreamMessage  # (non-text bodies)
     if isinstance(body, (bytes, bytearray, memoryview)):
         return BytesMessage(bytes(body))
     if isinstance(body, dict):
@@ -209,6 +208,7 @@ def body_of(msg: Message) -> "Body":
     """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
     if isinstance(msg, TextMessage):
         return msg.text
+    from .bodies import MapMessage, StreamMessage  # (non-text bodies)
     if isinstance(msg, MapMessage):
         return msg.map
     if isinstance(msg, StreamMessage):

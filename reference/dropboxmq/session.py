@@ -29,14 +29,10 @@ from .consumer import Delivery, MessageConsumer, compile_selector
 from .errors import IllegalStateError, InvalidDestinationError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 from .message import (
-    BytesMessage,
     DeliveryMode,
     Destination,
-    MapMessage,
     Message,
-    ObjectMessage,
     Queue,
-    StreamMessage,
     TextMessage,
     Topic,
 )
@@ -44,6 +40,7 @@ from .producer import MessageProducer
 from .store import Dropbox, sync_many
 
 if TYPE_CHECKING:
+    from .bodies import BytesMessage, MapMessage, ObjectMessage, StreamMessage
     from .browser import QueueBrowser
     from .connection import Connection
     from .listeners import Dispatcher
@@ -172,19 +169,23 @@ class Session:
         return TextMessage(body=text.encode("utf-8"))
 
     def create_bytes_message(self, data: bytes = b"") -> BytesMessage:
+        from .bodies import BytesMessage  # (non-text bodies)
         return BytesMessage(body=bytes(data))
 
     def create_map_message(self, values: dict | None = None) -> MapMessage:
+        from .bodies import MapMessage  # (non-text bodies)
         m = MapMessage()
         m.map = values or {}
         return m
 
     def create_stream_message(self, items: list | None = None) -> StreamMessage:
+        from .bodies import StreamMessage  # (non-text bodies)
         m = StreamMessage()
         m.items = items or []
         return m
 
     def create_object_message(self, data: bytes = b"") -> ObjectMessage:
+        from .bodies import ObjectMessage  # (non-text bodies)
         return ObjectMessage(body=bytes(data))
 
     def create_message(self) -> Message:

@@ -117,7 +117,9 @@ from dropboxmq.clients import Registration
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
-from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic, message_for_letter
+from dropboxmq.bodies import message_for_letter
+from dropboxmq.browser import in_delivery_order
+from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
 from dropboxmq.values import Property, infer_letter
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
@@ -431,7 +433,7 @@ class DropboxMQBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         now = now_ms()
         items: list[tuple[str, str]] = []
-        for name in codec.in_delivery_order(self.box.list(State.NEW)):
+        for name in in_delivery_order(self.box.list(State.NEW)):
             msg = from_wire(name, now)
             if msg.is_expired(now) and "expired" not in self.include:
                 continue

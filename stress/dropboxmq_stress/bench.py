@@ -841,7 +841,8 @@ def consumers_phase(bench: Bench, messages: int, counts: tuple[int, ...]) -> Non
 
 _MEMORY_CHILD = """
 import sys
-from dropboxmq.message import BytesMessage, DeliveryMode, Queue
+from dropboxmq.bodies import BytesMessage
+from dropboxmq.message import DeliveryMode, Queue
 from dropboxmq.connection import Connection
 
 def peak():  # high-water mark of this process's resident memory, bytes: VmHWM, which starts

@@ -12,7 +12,7 @@ is the median of its rounds, as in ``make bench``; the listing is inside every t
 * ``os-dirfd`` — the same, each rename and open relative to a held directory fd.
 * ``names`` — plus what the protocol asks of a name: priority order
   (``codec.sort_key``), the decoded message and the delivery count stamped on the claim
-  (``codec.first_delivery``), the client-id prefix (``codec.processing_name``).
+  (``codec.claim_reading``), the client-id prefix (``codec.processing_name``).
 * ``fstat`` — plus the body read as the library reads it (``store.read_regular_file``:
   fstat, so a FIFO or device planted in the dropbox is never read or delivered).
 * ``store`` — the same moves through the library's store: ``decide`` (selector, expiry,
@@ -87,9 +87,7 @@ def _by_fd(box_path: str, level: str) -> int:
             if level == "os-dirfd":
                 claimed = f"{_CLIENT}~{name}"
             else:
-                first = codec.first_delivery(name)
-                assert first is not None, name  # the producer's plain names all take the fast path
-                claimed = codec.processing_name(_CLIENT, first[0])
+                claimed = codec.processing_name(_CLIENT, codec.claim_reading(name, 0)[1])
             rename_noreplace(name, claimed, target, processing)
             if level == "fstat":
                 read_regular_file(claimed, processing)
