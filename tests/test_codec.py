@@ -481,7 +481,7 @@ def test_tolerant_fields():
 @DET
 @given(st.text(max_size=300))
 def test_decode_name_never_raises(name):
-    msg = codec._decode(name, 99, "B", False, False)  # the path without the safety net
+    msg = codec._decode(name, 99, "B", False, False)[0]  # the path without the safety net
     assert isinstance(msg, Message)
     assert decode_name(name, claimed=True).message_id.startswith("ID:")
     key = key_parts(sort_key(name))
@@ -499,7 +499,7 @@ near_names = st.from_regex(
 @DET
 @given(near_names)
 def test_decode_near_valid_names(name):
-    msg = codec._decode(name, 99, "B", False, False)
+    msg = codec._decode(name, 99, "B", False, False)[0]
     key = key_parts(sort_key(name))
     assert key[0] == msg.priority
     assert (key[1] == 2) == (msg.message_id == "ID:" + name)

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from dropboxmq import codec, ids
 from dropboxmq.decision import ClaimSettings, Verdict, decide
-from dropboxmq.message import DeliveryMode, TextMessage
+from dropboxmq.message import TextMessage
 from dropboxmq.values import Property
 from dropboxmq.selector import parse
 

@@ -16,7 +16,8 @@ import pytest
 
 from conftest import FAST, fork_context, ls
 from dropboxmq import layout, recovery, transaction
-from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError, TransactionInDoubtError
+from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError
+from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import codec
-from dropboxmq.errors import DropboxMQError, InvalidDestinationError, InvalidSelectorError
+from dropboxmq.errors import DropboxMQError, InvalidDestinationError
+from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover
 from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE

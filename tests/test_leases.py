@@ -19,7 +19,8 @@ import pytest
 from dropboxmq import clients, collisions, leases, liveness as liveness_mod, netfs, store
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
-from dropboxmq.errors import InvalidClientIDError, LeaseExpiredError, MessageTakenError
+from dropboxmq.errors import InvalidClientIDError, MessageTakenError
+from dropboxmq.leases import LeaseExpiredError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.recovery import reclaim_dead_owners
@@ -516,7 +517,7 @@ def test_a_late_commit_of_a_transaction_recovery_rolled_back_is_an_error(root):
     """A transacted consumer presumed dead: recovery rolls its log back (its receive goes back to
     target/, flagged).  Its late commit said FileNotFoundError about a log path; it raises
     TransactionRolledBackError now, and nothing of the transaction is committed."""
-    from dropboxmq.errors import TransactionRolledBackError
+    from dropboxmq.transaction import TransactionRolledBackError
     from dropboxmq.recovery import recover_owner
 
     with Connection(root, "a", FAST, create=True) as c:

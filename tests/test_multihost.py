@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import Connection, Queue, doctor
-from dropboxmq.errors import UnsupportedFileSystemError
+from dropboxmq.filesystems import UnsupportedFileSystemError
 from dropboxmq_stress import netfs
 
 pytestmark = pytest.mark.multihost

@@ -14,13 +14,8 @@ import pytest
 import dropboxmq.browser as browser_mod
 import dropboxmq.consumer as consumer_mod
 from dropboxmq import codec, filesystems, ids, recovery, transaction
-from dropboxmq.errors import (
-    IllegalStateError,
-    InvalidClientIDError,
-    InvalidDestinationError,
-    NameTooLongError,
-    UnsupportedFileSystemError,
-)
+from dropboxmq.errors import IllegalStateError, InvalidClientIDError, InvalidDestinationError, NameTooLongError
+from dropboxmq.filesystems import UnsupportedFileSystemError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.bodies import BytesMessage, MapMessage, ObjectMessage, StreamMessage
 from dropboxmq.message import DeliveryMode, Queue, TextMessage, Topic

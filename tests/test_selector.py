@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dropboxmq.errors import InvalidSelectorError
+from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.message import DeliveryMode, Message, TextMessage
 from dropboxmq.values import Property
 from dropboxmq.selector import Selector, parse, selector_for

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from dropboxmq import collisions, groupsync, layout, netfs, store
-from dropboxmq.errors import StoreError, TransactionInDoubtError
+from dropboxmq.errors import StoreError
+from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE

@@ -13,7 +13,8 @@ import pytest
 
 from dropboxmq import topics
 from dropboxmq.distributor import distribute
-from dropboxmq.errors import IllegalStateError, InvalidDestinationError, InvalidSelectorError, JMSException
+from dropboxmq.errors import IllegalStateError, InvalidDestinationError, JMSException
+from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.layout import subscriptions_dir, topic_incoming
 from dropboxmq.lifecycle import State
 from dropboxmq.message import Queue, TextMessage, Topic

@@ -18,13 +18,8 @@ import threading
 import time
 from typing import Any
 
-from dropboxmq.errors import (
-    IllegalStateError,
-    InvalidClientIDError,
-    InvalidDestinationError,
-    InvalidSelectorError,
-    JMSException,
-)
+from dropboxmq.errors import IllegalStateError, InvalidClientIDError, InvalidDestinationError, JMSException
+from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.values import Property
 from dropboxmq.ackmode import AckMode

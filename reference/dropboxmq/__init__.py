@@ -28,7 +28,7 @@ __all__ = [
     "MapMessage", "StreamMessage", "ObjectMessage",
     # from .values
     "Property",
-    # from .errors
+    # from .errors, .selector, .transaction, .leases
     "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError", "InvalidSelectorError",
     "IllegalStateError", "MessageFormatError", "TransactionRolledBackError", "StoreError",
     "RootNotFoundError", "QueueNotFoundError", "LeaseExpiredError", "MessageTakenError", "PropertyValue", "Body",
@@ -36,13 +36,15 @@ __all__ = [
 
 #: the modules the names above come from, each listing its own in its ``__all__``
 _SOURCES = ("errors", "message", "bodies", "ackmode", "connection", "session", "producer", "consumer", "browser",
-            "temporary", "values")
+            "temporary", "values", "selector", "transaction", "leases")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
-                         InvalidSelectorError, JMSException, LeaseExpiredError, MessageFormatError,
-                         MessageTakenError, QueueNotFoundError, RootNotFoundError, StoreError,
-                         TransactionRolledBackError)
+                         JMSException, MessageFormatError, MessageTakenError, QueueNotFoundError, RootNotFoundError,
+                         StoreError)
+    from .leases import LeaseExpiredError
+    from .selector import InvalidSelectorError
+    from .transaction import TransactionRolledBackError
     from .bodies import BytesMessage, MapMessage, ObjectMessage, StreamMessage
     from .message import DeliveryMode, Destination, Message, Queue, TextMessage, Topic
     from .ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import UnsupportedFileSystemError
+from .filesystems import UnsupportedFileSystemError
 
 __all__ = [
     "admit",

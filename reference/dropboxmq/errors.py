@@ -1,12 +1,12 @@
-"""Exceptions, named after their JMS counterparts where one exists."""
+"""Exceptions, named after their JMS counterparts where one exists; those of an off-path feature
+(selectors, leases, transactions, file-system checks) live in its module."""
 
 import errno
 
 __all__ = [
-    "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError",
-    "InvalidSelectorError", "IllegalStateError", "RootNotFoundError", "QueueNotFoundError", "MessageFormatError", "TransactionRolledBackError",
-    "TransactionInDoubtError", "NameTooLongError", "StoreError", "UnsupportedFileSystemError",
-    "store_error", "LeaseExpiredError", "MessageTakenError",
+    "DropboxMQError", "JMSException", "InvalidDestinationError", "InvalidClientIDError", "IllegalStateError",
+    "RootNotFoundError", "QueueNotFoundError", "MessageFormatError", "NameTooLongError", "StoreError", "store_error",
+    "MessageTakenError",
 ]
 
 
@@ -36,24 +36,10 @@ class QueueNotFoundError(InvalidDestinationError):
     ``connection.create_queue(name)``, ``dropboxmq init NAME`` or ``Connection(root, create=True)``."""
 
 
-class InvalidSelectorError(JMSException):
-    """A message selector that does not parse; ``position`` is the 0-based offset of the problem."""
-
-    def __init__(self, message: str, position: int | None = None, selector: str | None = None):
-        self.position = position
-        self.selector = selector
-        where = f" at position {position}" if position is not None else ""
-        super().__init__(f"invalid selector{where}: {message}")
-
 
 class IllegalStateError(JMSException):
     pass
 
-
-class LeaseExpiredError(IllegalStateError):
-    """This connection could not renew its lease in time (leases.py): another host may already
-    have declared it dead and given its messages to other consumers, so it is fenced: every
-    acknowledge, commit, send and receive fails.  Close the connection and connect again."""
 
 
 class MessageTakenError(IllegalStateError):
@@ -70,16 +56,6 @@ class MessageFormatError(JMSException):
     pass
 
 
-class TransactionRolledBackError(JMSException):
-    pass
-
-
-class TransactionInDoubtError(JMSException):
-    """A commit passed its point of no return (its log reached ``committing/``) but could not
-    apply every move (disk full, I/O error, a dropbox removed underneath).  The transaction is
-    committed, not failed: recovery rolls it forward (the same client id reconnecting, any
-    consumer of an affected dropbox once this connection is gone, or ``dropboxmq recover``).
-    Do not send again: that would duplicate it."""
 
 
 class NameTooLongError(MessageFormatError):
@@ -89,9 +65,6 @@ class NameTooLongError(MessageFormatError):
 class StoreError(DropboxMQError):
     """A file-system operation failed (disk full, permission denied, ...)."""
 
-
-class UnsupportedFileSystemError(StoreError):
-    pass
 
 
 def store_error(action: str, path: str, exc: OSError) -> StoreError:

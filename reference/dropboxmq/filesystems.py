@@ -10,9 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import UnsupportedFileSystemError
+from .errors import StoreError
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "flock_crosses_mounts", "file_system_type", "check_file_system"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "flock_crosses_mounts", "file_system_type", "check_file_system",
+           "UnsupportedFileSystemError"]
+
+
+class UnsupportedFileSystemError(StoreError):
+    pass
+
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",

@@ -1,4 +1,4 @@
-"""Message ids: JMSMessageIDs in DropboxMQ 1.2's form, unique across threads and forked processes."""
+"""Message ids: JMSMessageIDs in DropboxMQ 1.2's form (N-5), unique across threads and forked processes."""
 
 from __future__ import annotations
 
@@ -10,28 +10,18 @@ import time
 __all__ = ["new_message_id", "new_message_id_and_time"]
 
 _id_lock = threading.Lock()
-_id_pid: int | None = None
 _id_ms = 0
 _id_seq = 0
-_id_rng = random.Random()
-
-
-def _reseed() -> None:
-    global _id_pid
-    _id_pid = os.getpid()
-    _id_rng.seed(os.urandom(16) + _id_pid.to_bytes(8, "little"))
+_id_rng = random.Random()  # (seeded from os.urandom)
 
 
 def _after_fork_in_child() -> None:
-    # A lock held by another thread at fork time would never be released in the child.
     global _id_lock
-    _id_lock = threading.Lock()
-    _reseed()
+    _id_lock = threading.Lock()  # one held by another thread at fork time would never be released here
+    _id_rng.seed(os.urandom(16) + os.getpid().to_bytes(8, "little"))  # not the parent's random digits
 
 
-_FORK_HOOK = hasattr(os, "register_at_fork")
-if _FORK_HOOK:
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def new_message_id() -> str:
@@ -46,15 +36,12 @@ def new_message_id_and_time() -> tuple[str, int]:
     """A fresh JMSMessageID ``ID:<epochMillis><3-digit counter>-<10 random digits>`` and its
     epochMillis (the send's JMSTimestamp), without parsing it back out of the id.
 
-    Within a process the numeric prefix strictly increases (more than 1000 ids
-    in one millisecond borrow the next millisecond; a clock that steps back is
-    ignored until it catches up), so equal-priority messages keep send order.
-    Thread-safe; the random part is reseeded whenever the pid changes (fork).
+    Within a process the numeric prefix strictly increases (more than 1000 ids in one millisecond
+    borrow the next one; a clock that steps back is ignored until it catches up), so
+    equal-priority messages keep send order.  Thread-safe.
     """
     global _id_ms, _id_seq
     with _id_lock:
-        if _id_pid is None or (not _FORK_HOOK and os.getpid() != _id_pid):
-            _reseed()  # with the fork hook a child reseeds at fork: no getpid() per id
         now = time.time_ns() // 1_000_000
         if now > _id_ms:
             _id_ms, _id_seq = now, 0

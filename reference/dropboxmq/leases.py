@@ -39,9 +39,17 @@ import threading
 import time
 from typing import Callable
 
-from .errors import LeaseExpiredError
+from .errors import IllegalStateError
 
-__all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER", "wait_for_other_hosts"]
+__all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER", "wait_for_other_hosts",
+           "LeaseExpiredError"]
+
+
+class LeaseExpiredError(IllegalStateError):
+    """This connection could not renew its lease in time (leases.py): another host may already
+    have declared it dead and given its messages to other consumers, so it is fenced: every
+    acknowledge, commit, send and receive fails.  Close the connection and connect again."""
+
 
 #: fractions of the lease: the owner renews every RENEW_EVERY, fences itself FENCE_AFTER after the
 #: start of its last renewal that counted; an observer declares it dead past DEAD_AFTER unchanged

@@ -12,7 +12,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from .ackmode import Failure
-from .errors import LeaseExpiredError, MessageTakenError, StoreError
+from .errors import MessageTakenError, StoreError
+from .leases import LeaseExpiredError
 
 if TYPE_CHECKING:
     from .consumer import Delivery, MessageConsumer

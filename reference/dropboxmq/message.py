@@ -1,9 +1,5 @@
-"""Messages and destinations: plain values, no I/O.
-
-Headers follow JMS names in Python style.  Property values keep their JMS type
-(a :class:`~dropboxmq.values.Property`) so that a message read from a 1.2 file
-and written again gets the same name.
-"""
+"""Messages and destinations: plain values, no I/O.  Headers follow JMS names in Python style;
+the non-text message classes are in :mod:`~dropboxmq.bodies`."""
 
 from __future__ import annotations
 
@@ -20,11 +16,6 @@ __all__ = ["validate_name", "name_bytes", "Queue", "Topic", "Destination", "Deli
            "CLASS_LETTERS", "Message", "TextMessage"]
 
 
-# ---------------------------------------------------------------- destinations
-
-_FORBIDDEN_CHARS = ("/", "\\", "\x00")
-
-
 def validate_name(kind: str, name: str) -> str:
     """Reject names that could escape the root or collide with the layout."""
     if not isinstance(name, str) or not name:
@@ -33,7 +24,7 @@ def validate_name(kind: str, name: str) -> str:
         raise InvalidDestinationError(f"{kind} name {name!r} must not start with '.'")
     if ".." in name:
         raise InvalidDestinationError(f"{kind} name {name!r} must not contain '..'")
-    for bad in _FORBIDDEN_CHARS:
+    for bad in ("/", "\\", "\x00"):  # a path separator, or what no path holds
         if bad in name:
             raise InvalidDestinationError(f"{kind} name {name!r} must not contain {bad!r}")
     size = name_bytes(name)
@@ -99,18 +90,9 @@ class DeliveryMode(enum.IntEnum):
 
 DEFAULT_PRIORITY = 4
 
-
-# ---------------------------------------------------------------- messages
-
 #: 1.2 class letters.
-CLASS_LETTERS = {
-    "M": "Message",
-    "B": "BytesMessage",
-    "S": "StreamMessage",
-    "P": "MapMessage",
-    "O": "ObjectMessage",
-    "T": "TextMessage",
-}
+CLASS_LETTERS = {"M": "Message", "B": "BytesMessage", "S": "StreamMessage", "P": "MapMessage", "O": "ObjectMessage",
+                 "T": "TextMessage"}
 
 
 @dataclass

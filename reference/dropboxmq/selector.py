@@ -157,11 +157,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .errors import InvalidSelectorError
+from .errors import JMSException
 from .message import DeliveryMode, Message
 from .values import Property
 
-__all__ = ["parse", "selector_for", "Selector", "HEADER_FIELDS", "NULL_HEADERS"]
+__all__ = ["parse", "selector_for", "Selector", "HEADER_FIELDS", "NULL_HEADERS", "InvalidSelectorError"]
+
+
+class InvalidSelectorError(JMSException):
+    """A message selector that does not parse; ``position`` is the 0-based offset of the problem."""
+
+    def __init__(self, message: str, position: int | None = None, selector: str | None = None):
+        self.position = position
+        self.selector = selector
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"invalid selector{where}: {message}")
+
 
 # ---------------------------------------------------------------- constants
 

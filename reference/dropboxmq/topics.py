@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
-from .errors import IllegalStateError, InvalidDestinationError, InvalidSelectorError, JMSException, StoreError
+from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
+from .selector import InvalidSelectorError
 from .message import Message, Topic, name_bytes
 from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir, open_regular, read_regular_file
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 from . import claims, codec
-from .errors import StoreError, TransactionInDoubtError, TransactionRolledBackError
+from .errors import JMSException, StoreError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
@@ -42,12 +42,25 @@ from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_pl
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
-    "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
+    "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link", "TransactionRolledBackError",
+    "TransactionInDoubtError",
 ]
 
 log = logging.getLogger(__name__)
 
 _L, _LM = LogState, LogMove
+
+
+class TransactionRolledBackError(JMSException):
+    pass
+
+
+class TransactionInDoubtError(JMSException):
+    """A commit passed its point of no return (its log reached ``committing/``) but could not
+    apply every move (disk full, I/O error, a dropbox removed underneath).  The transaction is
+    committed, not failed: recovery rolls it forward (the same client id reconnecting, any
+    consumer of an affected dropbox once this connection is gone, or ``dropboxmq recover``).
+    Do not send again: that would duplicate it."""
 
 
 @dataclass(frozen=True)
