@@ -191,10 +191,10 @@ _LONG_RE = re.compile(r"[+-]?[0-9]{1,25}")
 def split_name(name: str) -> tuple[int, str, str] | None:
     """(priority, id field, tail) of a parseable name (N-1: 3 to 8 fields, a Java int priority,
     an id), else None.  The tail is the fields after the id, without its leading ``.``."""
-    prio_text, _, rest = name.partition(".")
-    mid, dot, tail = rest.partition(".")
-    if not dot or not mid or tail.count(".") > 5:
+    parts = name.split(".", 2)
+    if len(parts) != 3 or not parts[1] or parts[2].count(".") > 5:
         return None
+    prio_text, mid, tail = parts
     prio = _DIGIT_PRIORITY.get(prio_text)
     if prio is None:
         if _PRIO_RE.fullmatch(prio_text) is None or not _INT_MIN <= int(prio_text) <= _INT_MAX:
