@@ -41,7 +41,7 @@ from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_pl
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
-    "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
+    "transaction_dir", "ensure_layout", "log_owner", "owns_pending_logs", "box_in_root", "apply_moves", "roll_forward", "roll_back",
     "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
 ]
 
@@ -125,6 +125,15 @@ def ensure_layout(root: Path) -> None:
 def log_owner(log_name: str) -> str:
     """The client id that owns a log named ``<enc(clientId)>~<session>~<seq>``."""
     return codec.decode_field(log_name.split("~", 1)[0])
+
+
+def owns_pending_logs(root: Path, client_id: str) -> bool:
+    """Does ``client_id`` own a log still to finish?  Then its registration stays when it closes:
+    with the lock gone the owner reads as dead, and recovery finishes the transaction."""
+    try:
+        return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
+    except OSError:
+        return True  # cannot tell: keep the registration, the safe side
 
 
 # ---------------------------------------------------------------- the I/O shell of the log table
