@@ -69,7 +69,8 @@ def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
         box.create(NAME, b"x" * 5000, durable=True)
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == []
     box.create(NAME, b"small", durable=True)  # the store still works once data fits
-    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    box.sync(State.NEW)
     assert box.list(State.NEW) == [NAME] and box.read(State.NEW, NAME) == b"small"
 
 
@@ -210,7 +211,8 @@ def test_rename_fallback_without_renameat2(root, monkeypatch):
     monkeypatch.setattr(store, "noreplace_supported", False)
     box = Dropbox(root / "Q1" / "incoming").ensure()
     box.create(NAME, b"x", durable=True)
-    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    box.sync(State.NEW)
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
     box.create(NAME, b"dup", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)

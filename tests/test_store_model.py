@@ -156,7 +156,7 @@ class StoreModel(RuleBasedStateMachine):
         expected = {}
         for message, (state, name) in self.model.items():
             if state is not State.ABSENT:
-                expected[(state.directory, name)] = message.encode()
+                expected[(state.value, name)] = message.encode()
         assert disk == expected
 
     @invariant()

@@ -1,16 +1,11 @@
-"""The I/O shell: the only module that creates, renames, reads or deletes message files.
+"""The I/O shell: the only module that creates, renames, reads or deletes message files.  Every
+method that moves a file names its ``Move``; the lifecycle table (``lifecycle.py``) decides the
+source and destination directory, so everything above this module thinks in moves, never in paths.
 
-It executes the lifecycle table (``lifecycle.py``): every method that moves a
-file names its ``Move`` and the table decides the source and destination
-directory.  Everything above this module (sessions, recovery, the CLI) thinks
-in moves, never in paths.
-
-Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/,
-write fully, fsync the file, rename into target/ *without replacing* an
-existing name, fsync target/.  NON_PERSISTENT skips both fsyncs.  Batches
-(transactions, bulk sends) make all their files durable at once (``sync_files``:
-one syncfs, or the files' fsyncs side by side), rename them all, then fsync each
-touched directory once (group commit).
+Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/, write fully, fsync
+the file, rename into target/ *without replacing* an existing name, fsync target/; NON_PERSISTENT
+skips both fsyncs.  Batches make all their files durable at once (``groupsync.sync_files``),
+rename them all, then fsync each touched directory once (:func:`sync_many`: group commit).
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ import fcntl
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, TypeVar
 
@@ -32,7 +26,7 @@ from .errors import StoreError, store_error
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
 __all__ = [
-    "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "Entry", "fsync_dir", "Dropbox",
+    "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir", "Dropbox",
     "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
     "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
 ]
@@ -55,8 +49,6 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 # ~0.9 µs of conversion a call, on a path that makes two calls a message)
 renameat2 = getattr(_libc, "renameat2", None)
 noreplace_supported = renameat2 is not None
-
-
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
@@ -84,52 +76,25 @@ def _dir_fd(fd: int) -> int | None:
 
 
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
-    directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
-    For a source nobody else moves (working/, a log): a source others may be moving at the
-    same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With directory
+    fds, ``src`` and ``dst`` are names in those directories (no path walk).  For a source nobody
+    else moves (working/, a log); one that others may be moving at the same time goes by
+    :func:`rename_exclusive`.  Without renameat2: ``netfs.link_rename``."""
+    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        from . import netfs  # (no renameat2 here: a network file system)
 
-    renameat2(RENAME_NOREPLACE) where the kernel and file system support it; elsewhere
-    ``netfs.link_rename`` (link()+unlink()), whose unlink is then synced (the source
-    directory fsynced): a rename is one atomic step, two calls are not, and a power loss must
-    not keep a later move while undoing this unlink (one message under two names in two
-    states; PROTOCOL.md Durability D5).
-    """
-    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        return
-    from . import netfs  # (no renameat2 here: a network file system)
-
-    if not netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd)):
-        return  # renamed after all (no link() here)
-    if src_dir_fd == _AT_FDCWD:
-        fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
-    else:
-        os.fsync(src_dir_fd)
+        netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
-    CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
-    them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
-    if ``dst`` exists.  renameat2(RENAME_NOREPLACE) where supported, else
-    ``netfs.checked_rename`` (never link()+unlink(): see there).
-    """
-    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        return
-    from . import netfs  # (no renameat2 here: a network file system)
+    """:func:`rename_noreplace` of a source other processes may be moving at the same time (a CLAIM
+    out of target/, every move out of processing/ against a recovery): exactly one of them
+    succeeds, the others get FileNotFoundError and leave nothing behind.  Without renameat2:
+    ``netfs.checked_rename`` (never link()+unlink(): see there)."""
+    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        from . import netfs  # (no renameat2 here: a network file system)
 
-    netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
-
-
-# ---------------------------------------------------------------- one dropbox
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A name found in a state directory by a listing (possibly stale by the time it is used)."""
-
-    state: State
-    name: str
+        netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def fsync_dir(path: str) -> None:
@@ -141,17 +106,19 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+# ---------------------------------------------------------------- one dropbox
+
+
 class Dropbox:
-    """One directory holding the six state directories (a queue's ``incoming/``,
-    a topic's ``.incoming/`` or one subscription)."""
+    """One directory holding the six state directories (a queue's ``incoming/``, a topic's
+    ``.incoming/`` or one subscription)."""
 
     def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
         self.root = None if root is None else Path(root)  # known: ensure() makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
-        # hold_dirs(): every state directory open (state -> fd) from the first use until
-        # close(), so a move or read is one *at call on a name, with no path walk
+        # hold_dirs(): every state directory open (state -> fd) from the first use until close()
         self._hold = False
         self._fds: dict[State, int] | None = None
 
@@ -172,14 +139,13 @@ class Dropbox:
     def __repr__(self) -> str:
         return f"Dropbox({str(self.path)!r})"
 
-    # --- held directories (a long-lived consumer's or producer's dropbox)
+    # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
         """Open the six state directories now and keep them open until :meth:`close`: moves,
-        creates and reads then name files relative to them (no path walk).  A directory
-        removed or replaced is noticed at the first name it no longer has: every fd is
-        dropped and the call is made again by path.  Without renameat2 (the link()+unlink()
-        fallback) moves go by path.  Opened here, not at the first move, so a consumer's
-        claims make the same system calls from the first one on (fail-at-N counts them)."""
+        creates and reads then name files relative to them (no path walk).  A directory removed
+        or replaced is noticed at the first name it no longer has (:meth:`_went_away`).  Without
+        renameat2 moves go by path.  Opened here, not at the first move, so a consumer's claims
+        make the same system calls from the first one on (fail-at-N counts them)."""
         self._hold = True
         self._held()
         return self
@@ -229,10 +195,8 @@ class Dropbox:
             except OSError:
                 gone = True
             if gone:
-                self._fds = None
-                for fd in fds.values():
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                self.close()
+                self._hold = True
                 return True
         return False
 
@@ -248,7 +212,7 @@ class Dropbox:
     def exists(self) -> bool:
         """All six state directories are real directories (a symlink is not: it could lead
         out of the root)."""
-        return is_real_dir(self.path) and all(is_real_dir(self._dirs[s]) for s in State if s.value is not None)
+        return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
@@ -286,7 +250,6 @@ class Dropbox:
     def count(self, state: State) -> int:
         return len(self.list(state))
 
-    # --- CREATE: ABSENT -> NOT_COMMITTED
     def register_inodes(self) -> frozenset[int]:
         """The inodes the claim register (claims.py) has an entry for, empty when it has none:
         listed before every walk of target/, so the register is read only when it is not empty."""
@@ -295,6 +258,7 @@ class Dropbox:
         except (FileNotFoundError, NotADirectoryError):
             return frozenset()
 
+    # --- CREATE: ABSENT -> NOT_COMMITTED
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
         fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
@@ -321,30 +285,24 @@ class Dropbox:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 _write_all(fd, body)
             else:
-                _copy_file(body.fileno(), fd)
+                offset = 0  # pread: the source's own offset is untouched
+                while chunk := os.pread(body.fileno(), _COPY_CHUNK, offset):
+                    _write_all(fd, chunk)
+                    offset += len(chunk)
             if durable:
                 os.fsync(fd)
         except OSError as exc:
             os.close(fd)
-            _unlink_quietly(path)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             raise store_error("write", path, exc) from exc
         os.close(fd)
 
     # --- every rename of the table
-    def move(
-        self,
-        move: Move,
-        source: State,
-        name: str,
-        new_name: str | None = None,
-        *,
-        durable: bool = False,
-    ) -> bool:
-        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).
-
-        Returns False when the source is gone (a lost race: someone else moved it
-        first) — normal and silent.  Never replaces an existing destination.
-        """
+    def move(self, move: Move, source: State, name: str, new_name: str | None = None) -> bool:
+        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).  False when
+        the source is gone (a lost race: someone else moved it first), normal and silent.  Never
+        replaces an existing destination (``collisions.py`` says where the message goes then)."""
         destination = next_state(source, move)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
@@ -375,27 +333,14 @@ class Dropbox:
                 rename(name, dst_name, fds[source], fds[destination])
         except FileNotFoundError:
             if self._went_away(source, destination):
-                return self.move(move, source, name, new_name, durable=durable)
+                return self.move(move, source, name, new_name)
             return False
         except FileExistsError:
             from . import collisions  # (a name taken where the message goes: rare)
 
-            if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
-                # A foreign producer reused a name: keep both, never overwrite.
-                return collisions.move_aside(self, self.file(source, name), destination, dst_name, rename)
-            if destination is State.NEW:
-                # target/ already holds a message of that name (a foreign file dropped twice):
-                # this one goes under a name of its own -- never a failed send, never lost.
-                moved = collisions.send_aside(self, self.file(source, name), dst_name, rename)
-                if moved and durable:
-                    self.sync(destination)
-                return moved
-            raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
-                             f"{self.file(destination, dst_name)} already exists") from None
+            return collisions.taken(self, move, self.file(source, name), destination, dst_name, rename)
         except OSError as exc:
             raise store_error(move.name.lower(), self.file(source, name), exc) from exc
-        if durable:
-            self.sync(destination)
         return True
 
     # --- reading
@@ -446,14 +391,6 @@ def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
-
-
-def _copy_file(src: int, dst: int) -> None:
-    """Copy a regular file from offset 0 (pread: the source's own offset is untouched)."""
-    offset = 0
-    while chunk := os.pread(src, _COPY_CHUNK, offset):
-        _write_all(dst, chunk)
-        offset += len(chunk)
 
 
 def _open_exclusive(path: str, dir_fd: int) -> int:
@@ -520,7 +457,7 @@ _O_REGULAR = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | _O_REGULAR, mode, dir_fd=None if dir_fd == _AT_FDCWD else dir_fd)
+        fd = os.open(path, flags | _O_REGULAR, mode, dir_fd=_dir_fd(dir_fd))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
@@ -539,27 +476,20 @@ _READ_CAP = 1 << 30  # one read() returns at most 0x7ffff000 bytes on Linux anyw
 
 
 def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
-    """The whole content of a regular file (see :func:`open_regular`), read until its end:
-    one read() never returns more than 0x7ffff000 bytes on Linux, so a short read is the
-    end only once the size fstat reported has been read."""
+    """The whole content of a regular file (see :func:`open_regular`), read to its end: one
+    read() of the size fstat reported and a byte more, which comes back short (the end) unless
+    the file is over 2 GiB or grew since (then on to the end, the rest and a byte more at a time)."""
     fd, st = _open_regular_stat(path, os.O_RDONLY, 0, dir_fd)
     try:
         size = st.st_size
-        first = os.read(fd, min(size + 1, _READ_CAP))
-        if len(first) == size:  # the usual case: the size and not a byte more, one read
-            return first
-        chunks, total = [first], len(first)
-        while first:
-            # a short read before the size: the rest and one byte more; past the size (the
-            # file grew after its fstat) in 64 KiB steps to its end
-            want = min(size - total + 1 if total < size else 65536, _READ_CAP)
-            chunk = os.read(fd, want)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if len(chunk) < want and total >= size:  # short and the whole size read: the end
-                break
+        data = os.read(fd, min(size + 1, _READ_CAP))
+        if len(data) == size:  # the usual case
+            return data
+        chunks, total = [data], len(data)
+        while data:
+            data = os.read(fd, min(max(size - total, 65535) + 1, _READ_CAP))
+            chunks.append(data)
+            total += len(data)
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -598,8 +528,7 @@ def is_plain_path(root: str | Path, path: str | Path) -> bool:
     """No symlink between ``root`` and ``path``: what the library finds or puts there stays
     where the layout says (a symlinked internal directory could lead out of the root, or
     make rolling-back/ the committing/ directory)."""
-    real_root = os.path.realpath(root)
-    return os.path.realpath(path) == os.path.join(real_root, os.path.relpath(path, root))
+    return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
 
 
 def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
@@ -633,13 +562,6 @@ def is_real_dir(path: str | Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:

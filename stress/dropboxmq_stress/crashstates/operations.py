@@ -306,7 +306,8 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
             s.create_durable_consumer(topic, name).close()
     incoming = layout.topic_incoming(root, topic).ensure()
     incoming.create("ID_dropped-0", body_of("f0"), durable=True)
-    incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0", durable=True)
+    incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0")
+    incoming.sync(State.NEW)
     subs = [os.path.relpath(topics.find_by_name(root, n, "subscriber")[0].path, root) for n in names]
     incoming_ref = ref(os.path.relpath(incoming.path, root), "f0")
     with start() as rec:
@@ -331,7 +332,8 @@ def op_retention(root: Path, scale: Scale, start: StartRecording) -> Expect:
         c.close()
     box = layout.queue_box(root, Queue("q"))
     expiring = next(n for n in box.list(State.NEW) if box.read(State.NEW, n) == body_of("m2"))
-    box.move(Move.EXPIRE, State.NEW, expiring, durable=True)
+    box.move(Move.EXPIRE, State.NEW, expiring)
+    box.sync(State.EXPIRED)
     q = _queue_box("q")
     with start() as rec:
         retention.prune(box, list(retention.TERMINAL), older_than=0, now=time.time() + 3600)
