@@ -926,7 +926,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
         assert self._claimer is not None
-        self._claimer.limit_to(set(self.box.list(State.NEW)))
+        self._claimer.scanner.only = set(self.box.list(State.NEW))
+        self._claimer.scanner.invalidate()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()
