@@ -13,7 +13,7 @@ from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE
 from dropboxmq.connection import Connection
-from dropboxmq.store import Dropbox
+from dropboxmq.store import Dropbox, sync_many
 from conftest import FAST, counts, ls
 
 Q = Queue("Q1")
@@ -70,7 +70,7 @@ def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == []
     box.create(NAME, b"small", durable=True)  # the store still works once data fits
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
-    box.sync(State.NEW)
+    sync_many([(box, State.NEW)])
     assert box.list(State.NEW) == [NAME] and box.read(State.NEW, NAME) == b"small"
 
 
@@ -212,7 +212,7 @@ def test_rename_fallback_without_renameat2(root, monkeypatch):
     box = Dropbox(root / "Q1" / "incoming").ensure()
     box.create(NAME, b"x", durable=True)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
-    box.sync(State.NEW)
+    sync_many([(box, State.NEW)])
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
     box.create(NAME, b"dup", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)

@@ -25,11 +25,9 @@ from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
 from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
 
-__all__ = [
-    "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir", "Dropbox",
-    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
-    "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
-]
+__all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir",
+           "Dropbox", "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
+           "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many"]
 
 _T = TypeVar("_T")
 
@@ -141,11 +139,9 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the six state directories now and keep them open until :meth:`close`: moves,
-        creates and reads then name files relative to them (no path walk).  A directory removed
-        or replaced is noticed at the first name it no longer has (:meth:`_went_away`).  Without
-        renameat2 moves go by path.  Opened here, not at the first move, so a consumer's claims
-        make the same system calls from the first one on (fail-at-N counts them)."""
+        """Open the six state directories now (not at the first move: a consumer's claims make the
+        same system calls from the first one on, as fail-at-N counts them) and keep them open
+        until :meth:`close`: moves, creates and reads then name files in them (no path walk)."""
         self._hold = True
         self._held()
         return self
@@ -165,8 +161,8 @@ class Dropbox:
         return {**self.__dict__, "_fds": None}  # fds do not travel to another process
 
     def _held(self) -> dict[State, int] | None:
-        """The held directory fds, opened on first use; None when not held, or when one of
-        them cannot be opened (a missing directory: the path-based call says what is wrong)."""
+        """The held fds (opened again after _went_away); None when not held, or when one cannot be
+        opened (a missing directory: the path-based call says what is wrong)."""
         fds = self._fds
         if fds is None and self._hold:
             fds = {}
@@ -181,10 +177,9 @@ class Dropbox:
         return fds
 
     def _went_away(self, *states: State) -> bool:
-        """Is one of these held directories no longer the one at its path (removed, or moved
-        aside and made again)?  Then drop every held fd (the next call reopens them by path)
-        and say so: the caller tries again.  Asked only when a name was not found, so a lost
-        race costs two stat calls."""
+        """Is one of these held directories no longer the one at its path (removed, or moved aside
+        and made again)?  Then every held fd is dropped and the caller tries again.  Asked only
+        when a name was not found, so a lost race costs two stat calls."""
         fds = self._fds
         if fds is None:
             return False
@@ -210,8 +205,7 @@ class Dropbox:
         return self
 
     def exists(self) -> bool:
-        """All six state directories are real directories (a symlink is not: it could lead
-        out of the root)."""
+        """All six state directories are real directories (a symlink could lead out of the root)."""
         return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
 
     def dir(self, state: State) -> str:
@@ -219,11 +213,6 @@ class Dropbox:
 
     def file(self, state: State, name: str) -> str:
         return f"{self._dirs[state]}/{name}"  # a name never holds "/": no os.path.join needed
-
-    def sync(self, *states: State) -> None:
-        """fsync the given state directories (group commit of renames)."""
-        for state in states:  # (by path, not a held fd: one open more, next to an fsync)
-            fsync_dir(self._dirs[state])
 
     def working_lock(self, exclusive: bool = False) -> "WorkingLock":
         """flock on working/: a producer holds it shared from CREATE to SEND, so the orphan
@@ -234,13 +223,10 @@ class Dropbox:
 
     # --- listing
     def list(self, state: State) -> list[str]:
-        """One directory listing; dot-files are foreign work in progress and never listed.
-        A state directory that is a symlink lists as empty: nothing outside the root is
-        ever claimed, expired or swept through it."""
+        """One directory listing; dot-files are foreign work in progress and never listed.  A
+        symlinked state directory lists as empty: nothing outside the root is claimed through it."""
         path = self._dirs[state]
-        try:
-            # lstat, not an open(O_NOFOLLOW): a listing costs no file descriptor (and the
-            # fault-injection runs count opens per operation)
+        try:  # (lstat, not an open(O_NOFOLLOW): the fault-injection runs count opens per operation)
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return []
             return [n for n in os.listdir(path) if not n.startswith(".")]
@@ -260,10 +246,9 @@ class Dropbox:
 
     # --- CREATE: ABSENT -> NOT_COMMITTED
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
-        """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
-        fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
-        an open regular file: it is copied from offset 0 in chunks (a large body is never
-        held in memory; several copies of one file each start at 0)."""
+        """Create ``working/<name>`` exclusively (never following a symlink), write it fully, fsync
+        it when durable; on any failure the partial file is removed.  ``body`` may be an open
+        regular file, copied from offset 0 in chunks (never held in memory whole)."""
         next_state(State.ABSENT, Move.CREATE)
         size = len(name) if name.isascii() else len(os.fsencode(name))  # (every encoded name is ASCII)
         if size > MAX_NAME_BYTES:
@@ -345,14 +330,12 @@ class Dropbox:
 
     # --- reading
     def open_body(self, state: State, name: str) -> BinaryIO:
-        """A message body as an open binary file, to stream a large body instead of reading
-        it whole (NotARegularFile: see :func:`open_regular`).  The file stays readable after
-        the message moves on (same inode)."""
+        """A message body as an open binary file, to stream a large body (NotARegularFile: see
+        :func:`open_regular`).  It stays readable after the message moves on (same inode)."""
         return os.fdopen(self._at(state, name, lambda where, dir_fd: open_regular(where, dir_fd=dir_fd)), "rb")
 
     def read(self, state: State, name: str) -> bytes:
-        """Read a message body.  Symlinks, FIFOs, directories and other non-regular
-        files raise NotARegularFile (they are quarantined, never delivered)."""
+        """A message body; NotARegularFile for anything else (quarantined, never delivered)."""
         return self._at(state, name, read_regular_file)
 
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
@@ -409,8 +392,7 @@ class NotARegularFile(OSError):
 
 
 class WorkingLock:
-    """``Dropbox.working_lock()``: a context manager, not a generator one (a producer takes it
-    once a send)."""
+    """``Dropbox.working_lock()`` (a class, not a generator context manager: taken once a send)."""
 
     __slots__ = ("path", "exclusive", "fd")
 
@@ -438,10 +420,9 @@ class WorkingLock:
 
 
 def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:
-    """Open a file the library expects to be its own regular file: never following a
-    symlink, never blocking (a FIFO opens at once instead of waiting for a writer), and
-    checked with fstat.  NotARegularFile for anything else; the fd is blocking again.
-    ``dir_fd``: ``path`` is a name in that directory."""
+    """Open a file the library expects to be its own regular file (``dir_fd``: ``path`` is a name
+    in it): never following a symlink, never blocking (a FIFO opens at once instead of waiting
+    for a writer), checked with fstat.  NotARegularFile for anything else."""
     fd, _ = _open_regular_stat(path, flags, mode, dir_fd)
     if flags & os.O_ACCMODE != os.O_RDONLY:  # (O_NONBLOCK means nothing to a regular file's reads)
         try:
@@ -565,13 +546,11 @@ def is_real_dir(path: str | Path) -> bool:
 
 
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
-    """Make renames into the given state directories durable: fsync each distinct directory
-    once; past two directories (a fan-out, a transaction over many dropboxes), one syncfs of
-    their file system (one root is one file system: renames need that) while little else is
-    unwritten, else the directories' fsyncs side by side (see ``groupsync.group_sync_method``)."""
+    """Make renames into the given state directories durable: fsync each distinct directory once;
+    past two (a fan-out, a transaction over many dropboxes), ``groupsync.sync_by_method``."""
     dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
     if len(dirs) > 2:
-        from .groupsync import sync_by_method  # (a fan-out, a transaction over many dropboxes)
+        from .groupsync import sync_by_method
 
         sync_by_method(dirs[0], dirs)
         return
