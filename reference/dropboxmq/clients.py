@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from . import codec
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
-from .store import NotARegularFile, ensure_plain_dir, open_regular
+from .store import NotARegularFile, open_regular
 
 if TYPE_CHECKING:
     from . import leases
@@ -94,6 +94,8 @@ class Registration:
 
     def _lock(self) -> int:
         """Open and flock the registration file: the fd.  InvalidClientIDError if it is held."""
+        from .dirs import ensure_plain_dir  # (the root's internal directories: made at connect)
+
         while True:
             try:
                 ensure_plain_dir(self.root, self.path.parent)

@@ -23,11 +23,11 @@ from typing import BinaryIO, Callable, Iterable, TypeVar
 
 from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
-from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
+from .lifecycle import IllegalMove, Move, State, next_state
 
 __all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir",
            "Dropbox", "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
-           "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many"]
+           "is_real_dir", "sync_many"]
 
 _T = TypeVar("_T")
 
@@ -113,7 +113,7 @@ class Dropbox:
 
     def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
-        self.root = None if root is None else Path(root)  # known: ensure() makes nothing through a symlink
+        self.root = None if root is None else Path(root)  # known: dirs.ensure_dropbox makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
         # hold_dirs(): every state directory open (state -> fd) from the first use until close()
@@ -195,15 +195,7 @@ class Dropbox:
                 return True
         return False
 
-    # --- layout
-    def ensure(self) -> "Dropbox":
-        for d in STATE_DIRS:
-            if self.root is None:
-                ensure_dir(self.path / d)
-            else:
-                ensure_plain_dir(self.root, self.path / d)
-        return self
-
+    # --- layout (made by dirs.ensure_dropbox)
     def exists(self) -> bool:
         """All six state directories are real directories (a symlink could lead out of the root)."""
         return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
@@ -474,68 +466,6 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def ensure_dir(path: str | Path) -> None:
-    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
-    Every directory it creates is durable when it returns: its parent is fsynced after the
-    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
-    parent: without this a power loss could take a new queue, and the message just fsynced
-    into its target/, away; PROTOCOL.md Durability D10)."""
-    try:
-        _make_dirs_durably(os.path.normpath(os.fspath(path)))
-    except OSError as exc:
-        why = "something that is not a directory is in the way" if isinstance(
-            exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
-        raise StoreError(f"cannot create the directory {path}: {why}") from None
-
-
-def _make_dirs_durably(path: str) -> None:
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path) or "."
-    if parent != path and not os.path.isdir(parent):
-        _make_dirs_durably(parent)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        if not os.path.isdir(path):
-            raise
-    fsync_dir(parent)  # also when another process made it first: it may not have synced yet
-
-
-def is_plain_path(root: str | Path, path: str | Path) -> bool:
-    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
-    where the layout says (a symlinked internal directory could lead out of the root, or
-    make rolling-back/ the committing/ directory)."""
-    return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
-
-
-def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
-    """:func:`ensure_dir`, but StoreError when the directory is not plainly inside ``root``:
-    every component below ``root`` is checked *before* anything is created under it, so a
-    symlink on the way (``<root>/q -> /elsewhere``) never gets directories made through it."""
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        raise StoreError(f"{path} is not inside {root}")
-    here = Path(root)
-    for part in () if rel == "." else Path(rel).parts:
-        here = here / part
-        try:
-            mode = os.lstat(here).st_mode
-        except FileNotFoundError:
-            ensure_dir(here)
-            mode = os.lstat(here).st_mode
-        if stat.S_ISLNK(mode):
-            raise StoreError(f"{path} is reached through a symlink ({here}): the library keeps its own "
-                             "files only in plain directories of the root")
-        if not stat.S_ISDIR(mode):
-            raise StoreError(f"cannot create the directory {path}: {here} is not a directory")
-    ensure_dir(path)  # the root itself (and a clear error when something else is in the way)
-    if not is_plain_path(root, path):
-        raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
-                         "only in plain directories of the root")
 
 
 def is_real_dir(path: str | Path) -> bool:

@@ -36,8 +36,9 @@ from .errors import StoreError, TransactionInDoubtError, TransactionRolledBackEr
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
-from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, replace_durably, sync_many)
+from .dirs import ensure_plain_dir, is_plain_path
+from .store import (Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace,
+                    replace_durably, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",

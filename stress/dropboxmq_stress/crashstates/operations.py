@@ -297,6 +297,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Topic
     from dropboxmq.connection import Connection
+    from dropboxmq.dirs import ensure_dropbox
     from dropboxmq.store import sync_many
 
     topic = Topic("t")
@@ -305,7 +306,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
         s = conn.create_session()
         for name in names:
             s.create_durable_consumer(topic, name).close()
-    incoming = layout.topic_incoming(root, topic).ensure()
+    incoming = ensure_dropbox(layout.topic_incoming(root, topic))
     incoming.create("ID_dropped-0", body_of("f0"), durable=True)
     incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0")
     sync_many([(incoming, State.NEW)])
