@@ -135,8 +135,7 @@ class Registration:
             os.fsync(fd)  # other hosts see it when it is on the server, not in our cache
 
     def renew(self) -> bool:
-        """Renew the lease now (the background thread does it every lease/3); True without a
-        lease (nothing to renew)."""
+        """Renew the lease now (the background thread does it every lease/3); True without one."""
         return self._renewer is None or self._renewer.renew()
 
     def check(self, what: str) -> None:

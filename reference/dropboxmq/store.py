@@ -248,14 +248,7 @@ class Dropbox:
         path = self.file(State.NOT_COMMITTED, name)
         self._check_plain(State.NOT_COMMITTED)
         try:
-            fds = self._fds if self._fds is not None else self._held()
-            try:
-                fd = _open_exclusive(path if fds is None else name,
-                                     _AT_FDCWD if fds is None else fds[State.NOT_COMMITTED])
-            except FileNotFoundError:
-                if not self._went_away(State.NOT_COMMITTED):
-                    raise
-                fd = _open_exclusive(path, _AT_FDCWD)
+            fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
         except OSError as exc:
             raise store_error("create", path, exc) from exc
         try:
