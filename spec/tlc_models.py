@@ -25,7 +25,7 @@ __all__ = ["ACTION_PROPERTIES", "ALL_ACTIONS", "CI_MODELS", "DEEP_MODELS", "LIFE
 
 #: The actions of Dropbox.tla that move a message (lifecycle.Move's names) and the
 #: process-level ones: both defined once, in lifecycle.py.
-LIFECYCLE_ACTIONS = tuple(m.spec_action for m in Move)
+LIFECYCLE_ACTIONS = tuple(m.value for m in Move)
 ALL_ACTIONS = LIFECYCLE_ACTIONS + PROCESS_ACTIONS
 
 

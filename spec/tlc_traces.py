@@ -104,7 +104,7 @@ def _split(rel: str) -> tuple[str, str, str] | None:
     if log is not None:
         return "log", log[0], log[1]
     loc = locate(rel)
-    return None if loc is None else ("msg", loc.state.directory or "", loc.name)
+    return None if loc is None else ("msg", loc.state.value or "", loc.name)
 
 
 #: a log renamed into these directories: the step of Dropbox that does it
@@ -116,7 +116,7 @@ def _action(src: str | None, dst: str | None) -> str:
     table's move between the two directories (None: no file).  "Next" (any step)
     for a move the table does not have, so that TLC is the one to reject it."""
     move = _move(src, dst)
-    return '"Next"' if move is None else f'"{move.spec_action}"'
+    return '"Next"' if move is None else f'"{move.value}"'
 
 
 def _move(src: str | None, dst: str | None) -> Move | None:

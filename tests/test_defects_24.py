@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from dropboxmq import clients, codec, inventory, layout
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State
@@ -29,7 +30,7 @@ def cli(root: Path, *args: str, input: str | None = None):
 
 def drop(root: Path, queue: str, name: str, body: bytes = b"x") -> None:
     """A foreign program's drop straight into a queue's target/."""
-    box = layout.queue_box(root, Queue(queue)).ensure()
+    box = ensure_dropbox(layout.queue_box(root, Queue(queue)))
     Path(box.file(State.NEW, name)).write_bytes(body)
 
 
@@ -161,7 +162,7 @@ def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
     size = 16 << 20
     with Connection(root, "subscriber", FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("big"), "s").close()
-    incoming = layout.topic_incoming(root, Topic("big")).ensure()
+    incoming = ensure_dropbox(layout.topic_incoming(root, Topic("big")))
     # a small drop first: what distribute imports where first used is loaded outside the trace
     with open(incoming.file(State.NEW, "small.txt"), "wb") as f:
         f.write(b"small")
@@ -203,7 +204,7 @@ def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
         _break_selector(root, "news", "bad")
         session.create_producer().send(Topic("news"), "published")
         assert good.receive_body(timeout=5) == "published"
-        incoming = layout.topic_incoming(root, Topic("news")).ensure()
+        incoming = ensure_dropbox(layout.topic_incoming(root, Topic("news")))
         Path(incoming.file(State.NEW, "dropped.csv")).write_bytes(b"dropped")
         assert distribute(root) == 1
         assert good.receive(timeout=5).body == b"dropped"
@@ -214,7 +215,7 @@ def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
 
 
 def _drop_into_topic(root: Path, topic: str, name: str, body: bytes) -> None:
-    incoming = layout.topic_incoming(root, Topic(topic)).ensure()
+    incoming = ensure_dropbox(layout.topic_incoming(root, Topic(topic)))
     Path(incoming.file(State.NOT_COMMITTED, name)).write_bytes(body)
     os.rename(incoming.file(State.NOT_COMMITTED, name), incoming.file(State.NEW, name))
 

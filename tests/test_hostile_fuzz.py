@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dropboxmq import codec
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.connection import Connection, Settings
 from dropboxmq.lifecycle import STATE_DIRS
@@ -53,7 +54,7 @@ replacements = st.lists(st.tuples(st.sampled_from(REPLACEABLE), st.sampled_from(
 def build(base: Path) -> tuple[Path, Path, set[str]]:
     """A root with valid messages (their ids returned) and, beside it, files it must not touch."""
     root, outside = base / "root", base / "outside"
-    Dropbox(outside / "incoming").ensure()
+    ensure_dropbox(Dropbox(outside / "incoming"))
     for s in STATES:
         (outside / "incoming" / s / "victim").write_bytes(b"outside " + s.encode())
         (outside / "incoming" / s / "c~victim").write_bytes(b"outside " + s.encode())
@@ -66,8 +67,8 @@ def build(base: Path) -> tuple[Path, Path, set[str]]:
             msg = TextMessage(body=b"valid")
             session.create_producer(dest).send(msg)
             valid.add(msg.message_id)
-    Dropbox(root / "h" / "incoming").ensure()
-    Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
+    ensure_dropbox(Dropbox(root / "h" / "incoming"))
+    ensure_dropbox(Dropbox(root / "topic-root" / "t" / ".incoming"))
     (root / "h" / "incoming" / "target" / "4.ID%3Aforeign.x").write_bytes(b"foreign")
     for d in INTERNAL_DIRS:
         os.makedirs(root / d, exist_ok=True)

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import FAST, fork_context, ls
 from dropboxmq import layout, recovery, transaction
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError
 from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
@@ -135,7 +136,7 @@ def test_orphan_sweep_reads_the_logs_after_listing_working(root, monkeypatch):
     """A transacted send logged and created while recover runs (after it looked at the logs,
     before it lists working/) is not an orphan: its commit must deliver it."""
     Connection(root, "setup", create=True).close()
-    layout.queue_box(root, Q).ensure()
+    ensure_dropbox(layout.queue_box(root, Q))
     ctx = fork_context()
     go, sent, commit = ctx.Event(), ctx.Event(), ctx.Event()
     child = _run(_transacted_sender, str(root), go, sent, commit)
@@ -166,7 +167,7 @@ def test_distributed_copies_are_first_deliveries(root, name):
     with Connection(root, "c1", create=True) as conn:
         for sub in ("a", "b"):
             conn.create_session().create_durable_consumer(Topic("t"), sub).close()
-    incoming = layout.topic_incoming(root, Topic("t")).ensure()
+    incoming = ensure_dropbox(layout.topic_incoming(root, Topic("t")))
     Path(incoming.file(State.NEW, name)).write_bytes(b"dropped")
     assert distribute(root) == 1
     with Connection(root, "c1", create=True) as conn:
@@ -190,7 +191,7 @@ def _claim_and_hold(root: str, held) -> None:
 
 
 def test_hard_links_in_target_are_two_messages_not_an_interrupted_rename(root):
-    box = layout.queue_box(root, Q).ensure()
+    box = ensure_dropbox(layout.queue_box(root, Q))
     first, second = "4.1140429201295000-0000000001.T", "4.1140429201295000-0000000002.T"
     Path(box.file(State.NEW, first)).write_bytes(b"linked")
     os.link(box.file(State.NEW, first), box.file(State.NEW, second))
@@ -283,7 +284,7 @@ def _kill_publisher_mid_commit(root: Path, dest) -> None:
 
 
 def test_reconnecting_publisher_finishes_its_predecessors_commit(root):
-    layout.queue_box(root, Q).ensure()
+    ensure_dropbox(layout.queue_box(root, Q))
     _kill_publisher_mid_commit(root, Q)
     assert len(ls(root, "Q1", "target")) == 1  # a partial commit
     with Connection(root, "publisher", FAST, create=True):
@@ -329,7 +330,7 @@ def test_send_to_a_closed_temporary_queue_is_an_invalid_destination(root):
 
 
 def test_transacted_send_failing_past_the_point_of_no_return_is_in_doubt(root):
-    box = layout.queue_box(root, Q).ensure()
+    box = ensure_dropbox(layout.queue_box(root, Q))
     target = Path(box.dir(State.NEW))
     with Connection(root, "tx", create=True) as c:
         s = c.create_session(transacted=True)

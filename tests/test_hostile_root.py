@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import codec
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import DropboxMQError, InvalidDestinationError
 from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.message import Queue, TextMessage, Topic
@@ -166,7 +167,7 @@ def test_4_recovery_never_follows_a_log_out_of_the_root(tmp_path, where, kind):
     root = tmp_path / "root"
     send(root, "q")
     outside = tmp_path / "outside" / "incoming"
-    Dropbox(outside).ensure()
+    ensure_dropbox(Dropbox(outside))
     state = "working" if kind == "send" else "processing"
     (outside / state / "victim").write_bytes(b"precious")
     (outside / state / "c~victim").write_bytes(b"precious too")
@@ -194,7 +195,7 @@ def test_5_a_bare_claim_with_a_tilde_is_not_another_owners(root):
     alias that names its owner (claims.py, issue 24)."""
     dead_client(root, "ghost")
     name = "ghost~" + "x" * 249  # 255 bytes
-    Dropbox(root / "q" / "incoming").ensure()
+    ensure_dropbox(Dropbox(root / "q" / "incoming"))
     (root / "q" / "incoming" / "target" / name).write_bytes(b"foreign")
     with Connection(root, client_id="live", settings=FAST, create=True) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
@@ -210,7 +211,7 @@ def test_5_a_bare_claim_with_a_tilde_is_not_another_owners(root):
 
 
 def test_5_a_recovered_bare_claim_keeps_its_name(root):
-    Dropbox(root / "q" / "incoming").ensure()
+    ensure_dropbox(Dropbox(root / "q" / "incoming"))
     name = "ghost~" + "x" * 249  # 255 bytes
     (root / "q" / "incoming" / "target" / name).write_bytes(b"foreign")
     with Connection(root, client_id="live", settings=FAST, create=True) as conn:
@@ -245,7 +246,7 @@ def test_6_like_on_a_long_value_finishes(root):
 def test_8_a_254_byte_multibyte_name_dropped_twice_is_acked_twice(root):
     name = "4." + "é" * 126  # 254 bytes, 128 characters
     assert len(name.encode()) == 254
-    box = Dropbox(root / "q" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "q" / "incoming"))
     with Connection(root, settings=FAST, create=True) as conn:
         consumer = conn.create_session().create_consumer(Queue("q"))
         for body in (b"one", b"two"):
@@ -270,7 +271,7 @@ def test_8_cut_to_bytes_never_splits_a_character():
 
 
 def test_11_non_utf8_name_in_a_transacted_receive(root):
-    box = Dropbox(root / "q" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "q" / "incoming"))
     raw = b"4.ID%3Aforeign.caf\xe9"
     with open(os.path.join(os.fsencode(box.path / "target"), raw), "wb") as f:
         f.write(b"bytes")
@@ -289,7 +290,7 @@ def test_11_distribute_fans_out_a_non_utf8_name(root):
 
     with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "s").close()
-    incoming = Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
+    incoming = ensure_dropbox(Dropbox(root / "topic-root" / "t" / ".incoming"))
     with open(os.path.join(os.fsencode(incoming.path / "target"), b"4.ID%3Af.\xff"), "wb") as f:
         f.write(b"z")
     assert distribute(root, settings=FAST) == 1
@@ -335,7 +336,7 @@ def test_also_a_5000_digit_integer_is_an_invalid_selector():
 def test_5_a_dead_owners_long_message_name_is_still_reclaimed(root):
     """The bare-claim doubt is only for names that are no message name after the '~'."""
     name = "4.1795380000000000-1." + "x" * 200
-    Dropbox(root / "q" / "incoming").ensure()
+    ensure_dropbox(Dropbox(root / "q" / "incoming"))
     dead_client(root, "ghost")
     pname = codec.processing_name("ghost", codec.with_delivery_count(name, 1))
     assert pname.startswith("ghost~")

@@ -16,7 +16,8 @@ import types
 
 import pytest
 
-from dropboxmq import clients, collisions, leases, liveness as liveness_mod, netfs, store
+from dropboxmq import clients, collisions, doctor, leases, liveness as liveness_mod, netfs, store
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
 from dropboxmq.errors import InvalidClientIDError, MessageTakenError
@@ -76,7 +77,7 @@ def other_hosts(monkeypatch):
     nothing (sshfs); the observer's clock is the test's."""
     clock = Clock()
     monkeypatch.setattr(clients.fcntl, "flock", lambda fd, op: None)
-    monkeypatch.setattr(clients, "flock_trusted", lambda root: False, raising=False)
+    monkeypatch.setattr(doctor, "flock_trusted", lambda root: False)
     monkeypatch.setattr(leases, "OBSERVER", leases.Observer(clock), raising=False)
     return clock
 
@@ -93,7 +94,7 @@ def test_two_claims_of_one_file_leave_one_claim_and_no_second_link(root, monkeyp
     """MooseFS: both claimers' link() succeeded, the loser's unlink found nothing and its link
     stayed in processing/ (same inode, nlink 2), which recovery later delivered again.  A claim
     is one rename now: whoever renames second finds no source."""
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     _sent(box)
     other = Dropbox(box.path)
     results: list[bool] = []
@@ -120,7 +121,7 @@ def test_two_claims_of_one_file_leave_one_claim_and_no_second_link(root, monkeyp
 def test_a_lost_move_out_of_processing_leaves_no_second_name(root, monkeypatch, no_renameat2):
     """An ACK racing a recovery's REDELIVER of the same claim: exactly one of them happens, and the
     message ends in exactly one place (the link fallback left it in processed/ *and* target/)."""
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     _sent(box)
     assert box.move(Move.CLAIM, State.NEW, NAME, "a~" + NAME)
     done: list[bool] = []
@@ -145,7 +146,7 @@ def test_a_lost_move_out_of_processing_leaves_no_second_name(root, monkeypatch, 
 def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_renameat2):
     """sshfs: a losing link() answers EPERM; SMB: every link() does.  The first is the name being
     taken (the message goes under a name of its own), the second no reason to fail a send."""
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     real_link = os.link
 
     def eperm_when_taken(src, dst, **kw):
@@ -171,7 +172,7 @@ def test_send_on_a_file_system_whose_link_answers_eperm(root, monkeypatch, no_re
 def test_an_eexist_that_proves_nothing_is_tried_again(root, monkeypatch, no_renameat2):
     """GlusterFS answered EEXIST to two racing creates and left no file: an EEXIST with nothing
     there is no reason to fail a create, nor to send a message under another name."""
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     real_open, real_link = os.open, os.link
     phantoms = {"open": 1, "link": 1}
 
@@ -440,7 +441,7 @@ def test_recover_waits_for_leases_then_takes_only_the_dead_hosts_claims(root, mo
     from dropboxmq import recovery
 
     clock = Clock()
-    monkeypatch.setattr(clients, "flock_trusted", lambda root: False)
+    monkeypatch.setattr(doctor, "flock_trusted", lambda root: False)
     monkeypatch.setattr(leases, "OBSERVER", leases.Observer(clock))
     naps: list[float] = []
 

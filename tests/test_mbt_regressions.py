@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dropboxmq.cli import main as cli
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.distributor import distribute
 from dropboxmq.message import Topic
 from dropboxmq.retention import prune
@@ -25,13 +26,13 @@ def test_prune_skips_a_directory_quarantined_to_error_and_deletes_the_rest(root:
     stopped at it with exit 1 ("Is a directory") and deleted nothing after it, every run."""
     with Connection(root, client_id="c", settings=FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("t"), "s").close()
-    incoming = Dropbox(root / "topic-root" / "t" / ".incoming").ensure()
+    incoming = ensure_dropbox(Dropbox(root / "topic-root" / "t" / ".incoming"))
     (incoming.path / "target" / "junk").mkdir()
     (incoming.path / "target" / "4.1700000000000000-1.T").write_bytes(b"a real drop")
     distribute(root, settings=FAST)
     quarantined = os.listdir(incoming.path / "error")
     assert len(quarantined) == 1 and (incoming.path / "error" / quarantined[0]).is_dir()
-    Dropbox(root / "q" / "incoming").ensure()
+    ensure_dropbox(Dropbox(root / "q" / "incoming"))
     (root / "q" / "incoming" / "error" / "4.1700000000000001-1.T").write_bytes(b"dead")
 
     result = CliRunner().invoke(cli, ["--root", str(root), "prune", "--older-than", "0s",

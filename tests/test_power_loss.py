@@ -122,7 +122,7 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
         os.write(out, (json.dumps(kw) + "\n").encode())
 
     if shutdown_at_dir_fsync is not None:  # "straddle": the file system dies between a rename
-        from dropboxmq import store, transaction  # and the fsync of its directory; we live on
+        from dropboxmq import dirs, store, transaction  # and the fsync of its directory; we live on
 
         real, calls = store.fsync_dir, [0]
 
@@ -133,7 +133,7 @@ def _child(root: str, results: str, seed: int, n_ops: int, stop_after: int | Non
                 rec(op="shutdown", dir=path)
             real(path)
 
-        store.fsync_dir = transaction.fsync_dir = fsync_dir
+        store.fsync_dir = transaction.fsync_dir = dirs.fsync_dir = fsync_dir
 
     conn = Connection(root, client_id=f"pl{seed}", settings=Settings(poll_interval=0.002, scan_interval=0.0), create=True)
     plain, tx = conn.create_session(), conn.create_session(transacted=True)

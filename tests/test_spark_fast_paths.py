@@ -15,6 +15,7 @@ pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
 from dropboxmq import layout  # noqa: E402
+from dropboxmq.dirs import ensure_dropbox  # noqa: E402
 from dropboxmq.lifecycle import State  # noqa: E402
 from dropboxmq.bodies import BytesMessage  # noqa: E402
 from dropboxmq.message import DeliveryMode, Queue, TextMessage  # noqa: E402
@@ -150,7 +151,7 @@ def test_a_write_task_logs_each_chunk_before_creating_its_files(tmp_path, monkey
 
 
 def test_record_many_and_record_entries_write_the_lines_record_writes(tmp_path):
-    box = layout.queue_box(tmp_path, Queue("q")).ensure()
+    box = ensure_dropbox(layout.queue_box(tmp_path, Queue("q")))
     ensure_layout(tmp_path)
     one, many, gathered = (TransactionLog(tmp_path, "c", tag, 0) for tag in ("one", "many", "gathered"))
     names = [f"n{i}" for i in range(3)]

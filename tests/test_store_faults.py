@@ -8,13 +8,14 @@ import os
 import pytest
 
 from dropboxmq import collisions, groupsync, layout, netfs, store
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import StoreError
 from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.message import Queue, TextMessage
 from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE
 from dropboxmq.connection import Connection
-from dropboxmq.store import Dropbox
+from dropboxmq.store import Dropbox, sync_many
 from conftest import FAST, counts, ls
 
 Q = Queue("Q1")
@@ -64,13 +65,14 @@ def test_disk_full_during_send_pyfakefs(fs, monkeypatch):
     """A real (fake) file system with a tiny disk: the write fails with ENOSPC."""
     monkeypatch.setattr(store, "noreplace_supported", False)  # no renameat2 in pyfakefs
     root = "/data/root"
-    box = Dropbox(root + "/Q1/incoming").ensure()
+    box = ensure_dropbox(Dropbox(root + "/Q1/incoming"))
     fs.set_disk_usage(1000, path="/data")
     with pytest.raises(StoreError, match="no space"):
         box.create(NAME, b"x" * 5000, durable=True)
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == []
     box.create(NAME, b"small", durable=True)  # the store still works once data fits
-    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    sync_many([(box, State.NEW)])
     assert box.list(State.NEW) == [NAME] and box.read(State.NEW, NAME) == b"small"
 
 
@@ -125,7 +127,7 @@ def test_disk_full_in_transacted_send(root, monkeypatch):
 def test_fsync_failure_fails_the_send(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
-        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
+        ensure_dropbox(layout.queue_box(root, Q))  # the queue exists: the fault hits the message, not its creation
         monkeypatch.setattr(store, "os", FakeOs(fsync=failing(errno.EIO)))
         with pytest.raises(StoreError, match="input/output error"):
             p.send(TextMessage(body=b"x"))
@@ -139,7 +141,7 @@ def test_fsync_failure_fails_the_send(root, monkeypatch):
 def test_permission_denied_on_create(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
-        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
+        ensure_dropbox(layout.queue_box(root, Q))  # the queue exists: the fault hits the message, not its creation
         refusing = FakeOs(open=failing(errno.EACCES))
         monkeypatch.setattr(store, "os", refusing)
         monkeypatch.setattr(netfs, "os", refusing)  # (where a refused create is looked at again)
@@ -153,7 +155,7 @@ def test_permission_denied_on_create(root, monkeypatch):
 def test_permission_denied_pyfakefs(fs, monkeypatch):
     """A read-only working/ for a non-root user (pyfakefs emulates the permission check)."""
     monkeypatch.setattr(store, "noreplace_supported", False)
-    box = Dropbox("/data/root/Q1/incoming").ensure()
+    box = ensure_dropbox(Dropbox("/data/root/Q1/incoming"))
     fs.chmod(box.dir(State.NOT_COMMITTED), 0o555)
     from pyfakefs.helpers import set_uid
 
@@ -198,7 +200,7 @@ def test_failing_rename_during_send_discards_the_working_file(root, monkeypatch)
 
 
 def test_send_never_replaces_an_existing_target_name(root):
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     (root / "Q1" / "incoming" / "target" / NAME).write_bytes(b"first")
     box.create(NAME, b"second", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)  # under a name of its own (issue 24 #1)
@@ -209,9 +211,10 @@ def test_send_never_replaces_an_existing_target_name(root):
 
 def test_rename_fallback_without_renameat2(root, monkeypatch):
     monkeypatch.setattr(store, "noreplace_supported", False)
-    box = Dropbox(root / "Q1" / "incoming").ensure()
+    box = ensure_dropbox(Dropbox(root / "Q1" / "incoming"))
     box.create(NAME, b"x", durable=True)
-    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME, durable=True)
+    assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
+    sync_many([(box, State.NEW)])
     assert box.list(State.NOT_COMMITTED) == [] and box.list(State.NEW) == [NAME]
     box.create(NAME, b"dup", durable=False)
     assert box.move(Move.SEND, State.NOT_COMMITTED, NAME)
@@ -420,7 +423,7 @@ def test_send_many_on_a_quiet_file_system_makes_one_syncfs(root, monkeypatch):
 def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(root, monkeypatch):
     with Connection(root, "a", FAST, create=True) as c:
         p = c.create_session().create_producer(Q)
-        layout.queue_box(root, Q).ensure()  # the queue exists: the fault hits the message, not its creation
+        ensure_dropbox(layout.queue_box(root, Q))  # the queue exists: the fault hits the message, not its creation
         real_fsync = os.fsync
 
         def fsync(fd):

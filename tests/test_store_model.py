@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dropboxmq import lifecycle
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import STATE_DIRS, TRANSITIONS, IllegalMove, Move, State, next_state
 from dropboxmq.store import Dropbox
@@ -34,7 +35,7 @@ class StoreModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self._tmp = tempfile.TemporaryDirectory(prefix="dropbox-model-")
-        self.box = Dropbox(Path(self._tmp.name) / "Q" / "incoming").ensure()
+        self.box = ensure_dropbox(Dropbox(Path(self._tmp.name) / "Q" / "incoming"))
         # the model: message -> (state, file name); ABSENT messages have no file
         self.model: dict[str, tuple[State, str]] = {m: (State.ABSENT, m) for m in MESSAGES}
 
@@ -156,7 +157,7 @@ class StoreModel(RuleBasedStateMachine):
         expected = {}
         for message, (state, name) in self.model.items():
             if state is not State.ABSENT:
-                expected[(state.directory, name)] = message.encode()
+                expected[(state.value, name)] = message.encode()
         assert disk == expected
 
     @invariant()

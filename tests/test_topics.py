@@ -12,6 +12,7 @@ import multiprocess as mp
 import pytest
 
 from dropboxmq import topics
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.distributor import distribute
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, JMSException
 from dropboxmq.selector import InvalidSelectorError
@@ -456,7 +457,7 @@ def test_temporary_topic_only_creating_connection_subscribes_and_is_removed(root
 
 
 def _drop_foreign(root: Path, topic: str, names: list[str]) -> None:
-    box = topic_incoming(root, Topic(topic)).ensure()
+    box = ensure_dropbox(topic_incoming(root, Topic(topic)))
     for name in names:
         path = Path(box.dir(State.NOT_COMMITTED)) / name
         path.write_bytes(name.encode())

@@ -230,10 +230,10 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             else:
                 moves = [move_between(tr.state, dest)]
         except IllegalMove as exc:
-            fail(rec, tr, f"{exc} ({tr.state.directory or 'absent'} -> {dest.directory or 'absent'})", path)
+            fail(rec, tr, f"{exc} ({tr.state.value or 'absent'} -> {dest.value or 'absent'})", path)
             return False
         if moves == [Move.PURGE] and not purge and actor_of(rec) == IMPLEMENTATION:  # (ack_removes: ACK+PURGE)
-            fail(rec, tr, f"deleted a message from {tr.state.directory}/: a producer or consumer never deletes "
+            fail(rec, tr, f"deleted a message from {tr.state.value}/: a producer or consumer never deletes "
                  "messages (Purge is an operator's action)", path)
             return False
         if src is not None and by_recovery(rec):

@@ -1,15 +1,10 @@
-"""The claim step of every consumer: which name of ``target/`` to try next, and the one
-lifecycle move that executes ``decision.decide``'s verdict on it.
-
-``MessageConsumer`` (receive, listeners, the distributor) and the Spark stream source
-(``spark.DropboxMQStreamReader.latestOffset``) both claim through :class:`Claimer`, so they
-try names in the same delivery order and treat every verdict alike: SKIP is never tried again
-by this claimer, DEFER waits for its time, EXPIRE moves to expired/, CLAIM renames into
-``processing/<enc(client)>~<name>`` (dead-lettered past the delivery limit).  What the
-caller does with a claim (read the body now, or hand the name to a Spark task) is its own.
-
-The claim register (claims.py) is imported only when a name needs it: one with no room for its
-delivery count, or a register that is not empty.
+"""The claim step of every consumer: which name of ``target/`` to try next, and the one lifecycle
+move that executes ``decision.decide``'s verdict on it.  ``MessageConsumer`` (receive, listeners,
+the distributor) and the Spark source both claim through :class:`Claimer`, so they try names in
+the same delivery order and treat every verdict alike; what the caller does with a claim (read
+the body now, or hand the name to a Spark task) is its own.  The claim register (claims.py) is
+imported only when a name needs it: one with no room for its delivery count, or a register that
+is not empty.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from typing import Callable, NamedTuple
 from . import codec
 from .codec import now_ms
 from .decision import ClaimSettings, Verdict, decide
-from .errors import StoreError, store_error
+from .errors import StoreError
 from .lifecycle import Move, State
 from .message import Message
 from .store import Dropbox
@@ -37,64 +32,55 @@ log = logging.getLogger("dropboxmq")
 class Scanner:
     """Which name to try next: the names of the last listing of ``target/``, in delivery order.
 
-    A fresh listing is taken when the walk reaches its end or ``scan_interval`` passed
-    (scaled by how long a listing takes: at most a tenth of the time goes to listing), so
-    newly arrived higher-priority messages overtake the backlog within one scan interval
-    and a listing's cost is shared by every message it found.
+    A fresh listing is taken when the walk reaches its end or ``scan_interval`` passed (scaled by
+    how long a listing takes: at most a tenth of the time goes to listing), so newly arrived
+    higher-priority messages overtake the backlog within one scan interval and a listing's cost
+    is shared by every message it found.
     """
 
     def __init__(self, box: Dropbox, scan_interval: float, monotonic: Callable[[], float] = time.monotonic):
         self.box = box
         self.scan_interval = scan_interval
         self.monotonic = monotonic
-        self._walk: list[str] = []  # the listing in delivery order, less the skipped names
+        self.walk: list[str] = []  # the last listing in delivery order, less the skipped names
         self._pos = 0  # the next name of the walk to try
         self._fresh_until = -1e9  # monotonic time after which the listing is taken again
         # codec.sort_key of every listed name, so that a relisting keys only the new names (one
         # int a name, not a tuple: a 1M backlog's keys cost ~50 MB instead of ~120 MB)
-        self._keys: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
-        self.only: set[str] | None = None  # when set, the names outside it are never tried
+        # when set, the names outside it are never tried (a Spark availableNow run drains the
+        # backlog present at its start)
+        self.only: set[str] | None = None
         self.registered: frozenset[int] = frozenset()  # inodes of the claim register (Dropbox.register_inodes)
 
-    @property
-    def names_listed(self) -> int:
-        """Names in the last listing of target/ (what a relisting costs)."""
-        return len(self._keys)
-
-    @property
-    def walk_length(self) -> int:
-        """Names the last listing gave to try, at most one claim each, before the next listing."""
-        return len(self._walk)
-
     def invalidate(self) -> None:
-        self._walk, self._pos = [], 0
+        self.walk, self._pos = [], 0
 
     def lost_race(self) -> None:
-        """A competing consumer claimed the name just tried: it is working through the same
-        listing in the same order, so following it name by name would lose every race.  Jump
-        to a random place among the remaining names of the same priority instead; names
-        jumped over stay for the others or the next listing.  (A lone consumer never loses
-        a race, so its order is untouched.)"""
-        walk, lo = self._walk, self._pos
+        """A competing consumer claimed the name just tried: it walks the same listing in the same
+        order, so following it name by name would lose every race.  Jump to a random place among
+        the remaining names of the same priority instead (a lone consumer never loses a race, so
+        its order is untouched)."""
+        walk, lo = self.walk, self._pos
         if lo >= len(walk):
             return
-        keys, priority_of = self._keys, codec.key_priority
+        keys, priority_of = self.keys, codec.key_priority
         hi = bisect.bisect_right(walk, priority_of(keys[walk[lo]]), lo=lo, key=lambda n: priority_of(keys[n]))
         if hi - lo > 1:
             self._pos = random.randrange(lo, hi)
 
     def relist(self) -> None:
         """List target/ and walk it from the head.  Only names new since the last listing are
-        keyed and sorted; they are merged into the kept order (timsort merges two sorted
-        runs in linear time), so a relisting of a large backlog costs O(listing), not
-        O(n log n) key computations.  Equal keys (foreign names of one priority) keep the
-        order they were first listed in."""
+        keyed and sorted, then merged into the kept order (timsort merges two sorted runs in
+        linear time): a relisting of a large backlog costs O(listing), not O(n log n) key
+        computations.  Equal keys (foreign names of one priority) keep the order they were first
+        listed in."""
         started = self.monotonic()
         self.registered = self.box.register_inodes()  # (before the listing: no entry is missed)
         names = self.box.list(State.NEW)
-        keys = self._keys
+        keys = self.keys
         listed = set(names)
         del names
         gone = keys.keys() - listed
@@ -118,16 +104,16 @@ class Scanner:
         if self.only is not None:
             only = self.only
             order = [n for n in order if n in only]
-        self._walk, self._pos = order, 0
+        self.walk, self._pos = order, 0
         listed_at = self.monotonic()
         # a tenth of the time at most goes to listing; a new high priority waits one scan interval
         self._fresh_until = listed_at + max(self.scan_interval, 10 * (listed_at - started))
 
     def next(self) -> str | None:
-        walk = self._walk
+        walk = self.walk
         if self._pos >= len(walk) or self.monotonic() > self._fresh_until:
             self.relist()
-            walk = self._walk
+            walk = self.walk
         skip = self.skip
         while self._pos < len(walk):
             name = walk[self._pos]
@@ -146,11 +132,10 @@ class Claim(NamedTuple):
 
 
 class Claimer:
-    """Claims messages of one dropbox for one client, in delivery order.
-
-    :meth:`claim_next` is the claim step: the next name of the :class:`Scanner`'s walk, the
-    verdict of ``decision.decide`` on it, one move.  A name held back (a future delivery
-    time, a redelivery backoff) is tried again once its time has come."""
+    """Claims messages of one dropbox for one client, in delivery order: :meth:`claim_next` takes
+    the next name of the :class:`Scanner`'s walk, the verdict of ``decision.decide`` on it, one
+    move.  A name held back (a future delivery time, a redelivery backoff) is tried again once its
+    time has come."""
 
     def __init__(self, box: Dropbox, client_id: str, policy: ClaimSettings, scan_interval: float,
                  clock: Callable[[], int] = now_ms, monotonic: Callable[[], float] = time.monotonic):
@@ -171,12 +156,6 @@ class Claimer:
         if not self.deferred:
             return None
         return max(0.0, (min(self.deferred.values()) - self.clock()) / 1000)
-
-    def limit_to(self, names: set[str] | None) -> None:
-        """Claim only among ``names`` (None: every name): a Spark availableNow run drains the
-        backlog present at its start."""
-        self.scanner.only = names
-        self.scanner.invalidate()
 
     def claim_next(self) -> Claim | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
@@ -201,14 +180,13 @@ class Claimer:
         by a competitor first).  A full or read-only store raises StoreError (nothing moved);
         any other StoreError skips the name."""
         box, scanner = self.box, self.scanner
-        # a name that cannot carry its delivery count has it in the claim register
         entry = None
-        if scanner.registered:
+        if scanner.registered:  # a name that cannot carry its delivery count has it in the claim register
             from . import claims
 
             entry = claims.lookup(box, State.NEW, name, scanner.registered)
-        attempted = 0 if entry is None else entry.count
-        verdict, header, count, claimed, until, dead_letter = decide(name, self.clock(), self.policy, attempted)
+        verdict, header, count, claimed, until, dead_letter = decide(
+            name, self.clock(), self.policy, 0 if entry is None else entry.count)
         if verdict is not Verdict.CLAIM:
             if verdict is Verdict.EXPIRE:
                 box.move(Move.EXPIRE, State.NEW, name)
@@ -218,12 +196,12 @@ class Claimer:
                 scanner.skip.add(name)
             return None
         try:
-            try:
-                pname = self._claim_name(name, claimed, count, entry is not None)
-            except FileNotFoundError:
-                pname = ""  # claimed by another consumer before we could register it
-            except OSError as exc:
-                raise store_error("register the claim of", name, exc) from exc
+            if entry is None and not codec.needs_alias(self.client_id, name, claimed):
+                pname: str | None = codec.processing_name(self.client_id, claimed)
+            else:
+                from . import claims  # no room for the count in the name, or a count in the register
+
+                pname = claims.claim_name(box, self.client_id, name, claimed, count, entry is not None)
             if pname is None:
                 scanner.invalidate()  # the next walk lists the register again and reads the count
                 return None
@@ -237,8 +215,6 @@ class Claimer:
             scanner.skip.add(name)
             return None
         if entry is not None and codec.alias_inode(pname) is None:
-            from . import claims
-
             claims.forget(box, box.stat(State.DELIVERED, pname).st_ino)  # the count is in the name now
         if dead_letter:
             log.warning("%s delivered %d times: dead-lettered to error/",
@@ -247,18 +223,6 @@ class Claimer:
             return None
         assert header is not None  # decide() decodes every name it claims
         return Claim(pname, claimed, header)
-
-    def _claim_name(self, name: str, claimed: str, count: int, counted: bool) -> str | None:
-        """The processing/ name to claim ``target/<name>`` under (claims.claim_name); None when
-        the register holds a count the decision did not see (claims.StaleCount: decide again)."""
-        if not codec.needs_alias(self.client_id, name, claimed):
-            return codec.processing_name(self.client_id, claimed)
-        from . import claims  # no room for the count: the register keeps it
-
-        try:
-            return claims.claim_name(self.box, self.client_id, name, claimed, count, counted)
-        except claims.StaleCount:
-            return None
 
 
 def finish(box: Dropbox, move: Move, pname: str) -> bool:

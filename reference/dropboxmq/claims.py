@@ -37,11 +37,12 @@ import stat
 from pathlib import Path
 
 from . import codec
+from .errors import store_error
 from .lifecycle import Move, State
 from .store import REGISTER, Dropbox, fsync_dir, replace_durably
 
 __all__ = [
-    "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "StaleCount", "claim_name", "finish", "sweep_stale",
+    "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "claim_name", "finish", "sweep_stale",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -149,24 +150,25 @@ def original_name(box: Dropbox, pname: str) -> str | None:
     return None if entry is None else entry.name
 
 
-class StaleCount(Exception):
-    """The register holds a count for this name that the claim's decision did not see (the
-    register was listed before another consumer's claim wrote it): decide again."""
-
-
-def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int, counted: bool) -> str:
+def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int, counted: bool) -> str | None:
     """The processing/ name to claim ``target/<name>`` under as delivery ``count``: ``claimed``
-    behind the owner prefix, or (no room) an alias whose entry is written here, first.
-    ``counted``: the decision read the register's entry for this name; if it did not and an
-    entry turns up, StaleCount."""
+    behind the owner prefix, or (no room) an alias whose entry is written here, first; "" when
+    the name is gone (claimed by someone else meanwhile).  ``counted``: the decision read the
+    register's entry for this name; if it did not and an entry turns up, None (decide again).
+    StoreError when the entry cannot be written."""
     if not codec.needs_alias(client_id, name, claimed):
         return codec.processing_name(client_id, claimed)
-    st = box.stat(State.NEW, name)  # FileNotFoundError: claimed by someone else meanwhile
-    if not counted:
-        entry = _read(box, st.st_ino)
-        if entry is not None and entry.size == st.st_size and entry.count >= count:
-            raise StaleCount(name)
-    remember(box, st.st_ino, name, st.st_size, count)
+    try:
+        st = box.stat(State.NEW, name)
+        if not counted:
+            entry = _read(box, st.st_ino)
+            if entry is not None and entry.size == st.st_size and entry.count >= count:
+                return None  # the register was listed before another consumer's claim wrote it
+        remember(box, st.st_ino, name, st.st_size, count)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise store_error("register the claim of", name, exc) from exc
     return alias_name(client_id, st.st_ino)
 
 

@@ -286,6 +286,7 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
     Example:  dropboxmq --root /srv/mq init orders invoices
     """
     from . import layout
+    from .dirs import ensure_dropbox
     from .transaction import ensure_layout
 
     root = ctx.obj["root"]
@@ -293,7 +294,7 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
     os.makedirs(root, exist_ok=True)
     ensure_layout(root)
     for box in boxes:
-        box.ensure()
+        ensure_dropbox(box)
         console.print(Text(f"created {box.path}"), soft_wrap=True)
     if not boxes:
         console.print(Text(f"initialised {root}"), soft_wrap=True)

@@ -1,7 +1,7 @@
 """Where a message goes when its name is already taken where it goes: a foreign program dropped
 the same file name twice into target/, or reused a name that is already in a terminal directory.
 Nothing is overwritten and nothing is lost: the message takes a name of its own.  The store
-(``Dropbox.move``) calls this only when a rename found its destination taken.
+(``Dropbox.move``) calls :func:`taken` only when a rename found its destination taken.
 """
 
 from __future__ import annotations
@@ -13,13 +13,26 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from . import codec
 from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
-from .lifecycle import State
+from .lifecycle import Move, State
 from .message import name_bytes
 
 if TYPE_CHECKING:
     from .store import Dropbox
 
-__all__ = ["send_aside", "move_aside", "disambiguated", "cut_to_bytes"]
+__all__ = ["taken", "send_aside", "move_aside", "disambiguated", "cut_to_bytes"]
+
+
+def taken(box: Dropbox, move: Move, src: str, destination: State, name: str,
+          rename: Callable[[str, str], None]) -> bool:
+    """``move`` of the file ``src`` found ``destination/<name>`` taken: where the message goes
+    instead (False: ``src`` is gone, another process moved it)."""
+    if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
+        return move_aside(box, src, destination, name, rename)  # a foreign producer reused a name: keep both
+    if destination is State.NEW:
+        # target/ already holds a message of that name (a foreign file dropped twice): this one
+        # goes under a name of its own -- never a failed send, never lost
+        return send_aside(box, src, name, rename)
+    raise StoreError(f"cannot {move.name.lower()} {src}: {box.file(destination, name)} already exists")
 
 
 def disambiguated(name: str, n: int) -> str | None:

@@ -125,7 +125,9 @@ class Connection:
         does; safe to repeat.  Returns the Queue."""
         self._check_open()
         dest = Queue(queue) if isinstance(queue, str) else queue
-        self._queue_boxes[dest.name] = layout.queue_box(self.root, dest).ensure()
+        from .dirs import ensure_dropbox  # (making queues: not on the send/receive path)
+
+        self._queue_boxes[dest.name] = ensure_dropbox(layout.queue_box(self.root, dest))
         return dest
 
     def queue_box(self, queue: Queue) -> Dropbox:
@@ -134,7 +136,9 @@ class Connection:
         if box is None:  # look (or make the directories) once per connection, not once per send
             box = layout.queue_box(self.root, queue)
             if self.create:
-                box.ensure()
+                from .dirs import ensure_dropbox  # (once per queue and connection)
+
+                ensure_dropbox(box)
             elif not box.exists():
                 from .hints import missing_queue  # (the error's did-you-mean)
 

@@ -1,19 +1,8 @@
 """What a consumer does with one name it found in ``target/``: the pure claim policy.
 
-``decide(name, now, settings)`` looks at a file name and the time (given, never read
-from a clock) and answers one of
-
-* ``SKIP``   -- the consumer's selector rejects it: never try it again (a name never changes);
-* ``DEFER``  -- its delivery time has not come: try it again at ``until`` (ms);
-* ``EXPIRE`` -- its expiration passed: the shell moves it to ``expired/`` (``Move.EXPIRE``);
-* ``CLAIM``  -- claim it as delivery number ``delivery_count``, under ``claimed_name`` (the name
-  with that count stamped); ``dead_letter`` says the claim is past the last attempt, so
-  the shell dead-letters it from ``processing/`` (``Move.DEAD_LETTER``) instead of
-  delivering it.
-
-No I/O, no clock, no state: the session's consumer and the Spark source are thin shells
-that execute the verdict with ``store.Dropbox.move`` (one lifecycle move each), and the
-tests drive it with any clock they like.
+``decide(name, now, settings)`` reads a file name and the time (given, never read from a clock):
+no I/O, no clock, no state.  The consumer and the Spark source execute its :class:`Verdict` with
+one ``store.Dropbox.move`` each (``claim.Claimer``); tests drive it with any clock they like.
 """
 
 from __future__ import annotations
@@ -33,10 +22,10 @@ __all__ = ["Verdict", "Decision", "ClaimSettings", "decide"]
 
 
 class Verdict(enum.Enum):
-    SKIP = "skip"
-    DEFER = "defer"
-    EXPIRE = "expire"
-    CLAIM = "claim"
+    SKIP = "skip"  # the selector rejects it: never try it again (a name never changes)
+    DEFER = "defer"  # its delivery time has not come: try it again at ``until``
+    EXPIRE = "expire"  # its expiration passed: Move.EXPIRE to expired/
+    CLAIM = "claim"  # Move.CLAIM; past the last attempt (``dead_letter``) then Move.DEAD_LETTER
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from typing import Any, Callable
 from .filesystems import UnsupportedFileSystemError
 
 __all__ = [
-    "admit",
+    "admit", "flock_trusted",
     "Probes", "Verdict", "probe", "judge", "verdict_for", "record", "RECORD",
     "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "EXIT_CODES", "LOCAL_FILE_SYSTEMS",
 ]
@@ -463,6 +463,25 @@ def verdict_for(root: Path) -> Verdict | None:
         return Verdict(data["level"], tuple(data["reasons"]), tuple(data["notes"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+_trusted: dict[str, bool] = {}
+
+
+def flock_trusted(root: Path) -> bool:
+    """Does a free flock under ``root`` prove its owner dead on every host (else a registration needs
+    its lease: leases.py)?  The verdict recorded for the root ("supported": locks cross mounts;
+    "supported with leases": they do not), else the file system's type.  Asked once per root."""
+    from .filesystems import file_system_type, flock_crosses_mounts
+
+    key = str(root)
+    trusted = _trusted.get(key)
+    if trusted is None:
+        verdict = verdict_for(Path(root))
+        trusted = verdict.level == SUPPORTED if verdict is not None else \
+            flock_crosses_mounts(file_system_type(Path(root)))
+        _trusted[key] = trusted
+    return trusted
 
 
 def admit(root: Path, allow_network: bool) -> None:

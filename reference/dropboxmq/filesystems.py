@@ -1,7 +1,7 @@
 """Which file system holds a root, and whether the library may use it there.
 
 Asked once when a connection opens (``doctor.admit``) and when a registration decides whether a
-free flock proves its owner dead (``clients.flock_trusted``); never on a send, a receive or an
+free flock proves its owner dead (``doctor.flock_trusted``); never on a send, a receive or an
 acknowledge, so it lives apart from the dropbox store.
 """
 

@@ -29,20 +29,24 @@ at once (the fast path, ``filesystems.flock_crosses_mounts``): no lease is renew
 module is never imported; elsewhere (sshfs, SMB, NFS without lockd, an unknown FUSE file system)
 the lease decides.
 
-Pure core: ``Observer`` and ``Renewer`` take their clock; the record's format (``clients.record``,
-``clients.record_lease``) and its I/O (``Renewer``'s ``write`` callable) are the registration's.
+Pure core: ``Observer`` and ``Renewer`` take their clock; the record's format is the registration's
+(``clients.record``), its I/O ``Renewer``'s ``write`` callable.  :func:`take_over` is what a
+registration does where its flock proves nothing about other hosts.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
-from .errors import IllegalStateError
+from .errors import IllegalStateError, InvalidClientIDError
+from .store import NotARegularFile, open_regular
 
 __all__ = ["FENCE_AFTER", "DEAD_AFTER", "RENEW_EVERY", "Observer", "Renewer", "OBSERVER", "wait_for_other_hosts",
-           "LeaseExpiredError"]
+           "read_from", "record_lease", "take_over", "LeaseExpiredError"]
 
 
 class LeaseExpiredError(IllegalStateError):
@@ -67,7 +71,7 @@ class Observer:
         self._lock = threading.Lock()
 
     def expired(self, key: tuple[str, str], data: bytes, lease: float) -> bool:
-        """Has ``data`` (declaring ``lease``: ``clients.record_lease``) been the record of ``key``
+        """Has ``data`` (declaring ``lease``: :func:`record_lease`) been the record of ``key``
         for longer than DEAD_AFTER its lease?  A first sight or a change starts the timer again
         (the owner renewed: alive)."""
         now = self.clock()
@@ -91,6 +95,49 @@ class Observer:
 
 #: the process's observer: every liveness question of this process goes through it
 OBSERVER = Observer()
+
+
+def read_from(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 4096)
+
+
+def _read_record(path: Path) -> bytes | None:
+    """The lease record at ``path`` (a fresh open: what the server has now), None if gone."""
+    try:
+        fd = open_regular(path)
+    except (FileNotFoundError, NotARegularFile):
+        return None
+    try:
+        return read_from(fd)
+    finally:
+        os.close(fd)
+
+
+def record_lease(data: bytes, default: float) -> float:
+    """The lease a record declares (``default`` for a record without one: a 1.2 or older file)."""
+    for field in data.split():
+        if field.startswith(b"lease="):
+            try:
+                value = float(field[6:])
+            except ValueError:
+                break
+            if 0 < value < 1e6:
+                return value
+    return default
+
+
+def take_over(key: tuple[str, str], path: Path, fd: int, write: Callable[[int], None], lease: float,
+              default: float, clock: Callable[[], float]) -> "Renewer":
+    """A registration just locked ``fd`` (the file at ``path``), where the lock proves nothing about
+    other hosts: take the id ``key`` over only once the record found in it stayed unchanged past its
+    bound (:func:`wait_for_other_hosts`), then the renewer of the new owner's lease."""
+    first = read_from(fd)  # empty: a new file, or one a crash left empty (no lease in it)
+    if first.strip() and not wait_for_other_hosts(key, first, record_lease(first, default),
+                                                  lambda: _read_record(path)):
+        raise InvalidClientIDError(f"client id {key[1]!r} is in use by a live connection on another host "
+                                   "(its lease was renewed)")
+    return Renewer(write, lease, clock)
 
 
 #: how a registration waits for another host's lease to run out (tests replace it)

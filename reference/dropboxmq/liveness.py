@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import clients, codec, leases
+from . import clients, codec, doctor, leases
 from .store import NotARegularFile, open_regular
 
 log = logging.getLogger("dropboxmq")
@@ -50,12 +50,12 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
     try:
         if not clients.try_flock(fd, exclusive=False):
             return "alive", False
-        if clients.flock_trusted(Path(root)):
+        if doctor.flock_trusted(Path(root)):
             return "dead", False
-        data = clients.read_from(fd)
+        data = leases.read_from(fd)
     finally:
         os.close(fd)
-    if not leases.OBSERVER.expired((str(root), client_id), data, clients.record_lease(data)):
+    if not leases.OBSERVER.expired((str(root), client_id), data, leases.record_lease(data, clients.DEFAULT_LEASE)):
         return "alive", True
     log.info("client %r of %s is dead: its lease record %r stayed unchanged past its bound", client_id, root, data)
     return "dead", True
@@ -66,7 +66,7 @@ def settle_leases(root: Path, timeout: float | None = None) -> None:
     unchanged past its bound: dead), so that a one-shot recovery (``dropboxmq recover``) can
     tell a dead client from a live one on another host.  Returns at once where flock crosses
     mounts; else waits up to the longest bound (``timeout`` caps it)."""
-    if clients.flock_trusted(Path(root)):
+    if doctor.flock_trusted(Path(root)):
         return
     clock = leases.OBSERVER.clock
     started = clock()

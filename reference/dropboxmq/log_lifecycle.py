@@ -68,7 +68,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from .lifecycle import DirectoryState, IdentityEnum
+from .lifecycle import IdentityEnum
 
 __all__ = [
     "LogState", "LogMove", "LOG_TRANSITIONS", "SYNCED", "NO_REPLACE", "SPEC_ACTIONS", "COLLAPSED",
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 
-class LogState(DirectoryState):
+class LogState(IdentityEnum):
     """A transaction log's state; the value is the directory that holds it (None: no file)."""
 
     ABSENT = None

@@ -24,11 +24,13 @@ def exists(path: str, dir_fd: int | None) -> bool:
     return True
 
 
-def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> bool:
+def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
     """``store.rename_noreplace`` without renameat2, for a source nobody else moves: link() +
     unlink().  Never replaces either, and a crash between the two leaves both names on one
-    inode, which recovery resolves (same inode in working/ and target/ = sent).  True when it
-    linked and unlinked (the caller syncs the source directory), False when it renamed.
+    inode, which recovery resolves (same inode in working/ and target/ = sent).  The unlink is
+    synced (the source directory fsynced): a rename is one atomic step, two calls are not, and a
+    power loss must not keep a later move while undoing this unlink (one message under two names
+    in two states; PROTOCOL.md Durability D5).
 
     A losing link() may answer EPERM (sshfs; SMB always does), and GlusterFS may answer EEXIST
     with no file there; only a destination seen to exist is FileExistsError, and where link()
@@ -54,7 +56,7 @@ def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | No
                 break  # made, and its new name moved on: the send happened (issue 28's sshfs duplicates)
             if exc.errno == errno.EPERM or attempt == 2:
                 checked_rename(src, dst, src_dir_fd, dst_dir_fd)  # no link() here (SMB): check, rename
-                return False
+                return
             # EEXIST with no file there (GlusterFS under a race): try again
     try:
         os.unlink(src, dir_fd=src_dir_fd)
@@ -62,7 +64,13 @@ def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(dst, dir_fd=dst_dir_fd)  # someone moved the source: ours is a second name
         raise
-    return True
+    fd = src_dir_fd if src_dir_fd is not None else \
+        os.open(os.path.dirname(os.fsdecode(src)) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        if fd != src_dir_fd:
+            os.close(fd)
 
 
 def _dir_there(dst: str, dir_fd: int | None) -> bool:

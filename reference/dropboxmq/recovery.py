@@ -32,7 +32,8 @@ from typing import Callable
 from . import claims, codec, inventory, layout, retention
 from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
-from .store import Dropbox, NotARegularFile, ensure_plain_dir
+from .dirs import ensure_plain_dir
+from .store import Dropbox, NotARegularFile
 from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished

@@ -94,8 +94,12 @@ class Session:
         if owner is not None and owner != self.connection.client_id:
             raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
         selector_obj = compile_selector(selector)
-        box = layout.queue_box(self.connection.root, destination).ensure() if owner is not None \
-            else self.connection.queue_box(destination)
+        if owner is not None:  # a temporary queue of this connection
+            from .dirs import ensure_dropbox
+
+            box = ensure_dropbox(layout.queue_box(self.connection.root, destination))
+        else:
+            box = self.connection.queue_box(destination)
         consumer = MessageConsumer(self, box, destination, selector, selector_obj)
         self._consumers.append(consumer)
         return consumer

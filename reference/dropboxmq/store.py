@@ -1,16 +1,11 @@
-"""The I/O shell: the only module that creates, renames, reads or deletes message files.
+"""The I/O shell: the only module that creates, renames, reads or deletes message files.  Every
+method that moves a file names its ``Move``; the lifecycle table (``lifecycle.py``) decides the
+source and destination directory, so everything above this module thinks in moves, never in paths.
 
-It executes the lifecycle table (``lifecycle.py``): every method that moves a
-file names its ``Move`` and the table decides the source and destination
-directory.  Everything above this module (sessions, recovery, the CLI) thinks
-in moves, never in paths.
-
-Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/,
-write fully, fsync the file, rename into target/ *without replacing* an
-existing name, fsync target/.  NON_PERSISTENT skips both fsyncs.  Batches
-(transactions, bulk sends) make all their files durable at once (``sync_files``:
-one syncfs, or the files' fsyncs side by side), rename them all, then fsync each
-touched directory once (group commit).
+Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/, write fully, fsync
+the file, rename into target/ *without replacing* an existing name, fsync target/; NON_PERSISTENT
+skips both fsyncs.  Batches make all their files durable at once (``groupsync.sync_files``),
+rename them all, then fsync each touched directory once (:func:`sync_many`: group commit).
 """
 
 from __future__ import annotations
@@ -23,19 +18,16 @@ import fcntl
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, TypeVar
 
 from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
-from .lifecycle import STATE_DIRS, IllegalMove, Move, State, next_state
+from .lifecycle import IllegalMove, Move, State, next_state
 
-__all__ = [
-    "REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "Entry", "fsync_dir", "Dropbox",
-    "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
-    "ensure_dir", "is_plain_path", "ensure_plain_dir", "is_real_dir", "sync_many",
-]
+__all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir",
+           "Dropbox", "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
+           "is_real_dir", "sync_many"]
 
 _T = TypeVar("_T")
 
@@ -55,8 +47,6 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 # ~0.9 µs of conversion a call, on a path that makes two calls a message)
 renameat2 = getattr(_libc, "renameat2", None)
 noreplace_supported = renameat2 is not None
-
-
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
@@ -84,52 +74,25 @@ def _dir_fd(fd: int) -> int | None:
 
 
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With
-    directory fds, ``src`` and ``dst`` are names in those directories (no path walk).
-    For a source nobody else moves (working/, a log): a source others may be moving at the
-    same time (a claim, a move out of processing/) goes by :func:`rename_exclusive`.
+    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With directory
+    fds, ``src`` and ``dst`` are names in those directories (no path walk).  For a source nobody
+    else moves (working/, a log); one that others may be moving at the same time goes by
+    :func:`rename_exclusive`.  Without renameat2: ``netfs.link_rename``."""
+    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        from . import netfs  # (no renameat2 here: a network file system)
 
-    renameat2(RENAME_NOREPLACE) where the kernel and file system support it; elsewhere
-    ``netfs.link_rename`` (link()+unlink()), whose unlink is then synced (the source
-    directory fsynced): a rename is one atomic step, two calls are not, and a power loss must
-    not keep a later move while undoing this unlink (one message under two names in two
-    states; PROTOCOL.md Durability D5).
-    """
-    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        return
-    from . import netfs  # (no renameat2 here: a network file system)
-
-    if not netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd)):
-        return  # renamed after all (no link() here)
-    if src_dir_fd == _AT_FDCWD:
-        fsync_dir(os.path.dirname(os.fsdecode(src)) or ".")
-    else:
-        os.fsync(src_dir_fd)
+        netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Rename ``src`` to ``dst`` when other processes may be moving ``src`` at the same time (a
-    CLAIM out of target/, every move out of processing/ against a recovery): exactly one of
-    them succeeds, the others get FileNotFoundError and leave nothing behind.  FileExistsError
-    if ``dst`` exists.  renameat2(RENAME_NOREPLACE) where supported, else
-    ``netfs.checked_rename`` (never link()+unlink(): see there).
-    """
-    if _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        return
-    from . import netfs  # (no renameat2 here: a network file system)
+    """:func:`rename_noreplace` of a source other processes may be moving at the same time (a CLAIM
+    out of target/, every move out of processing/ against a recovery): exactly one of them
+    succeeds, the others get FileNotFoundError and leave nothing behind.  Without renameat2:
+    ``netfs.checked_rename`` (never link()+unlink(): see there)."""
+    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
+        from . import netfs  # (no renameat2 here: a network file system)
 
-    netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
-
-
-# ---------------------------------------------------------------- one dropbox
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A name found in a state directory by a listing (possibly stale by the time it is used)."""
-
-    state: State
-    name: str
+        netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def fsync_dir(path: str) -> None:
@@ -141,17 +104,19 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+# ---------------------------------------------------------------- one dropbox
+
+
 class Dropbox:
-    """One directory holding the six state directories (a queue's ``incoming/``,
-    a topic's ``.incoming/`` or one subscription)."""
+    """One directory holding the six state directories (a queue's ``incoming/``, a topic's
+    ``.incoming/`` or one subscription)."""
 
     def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
-        self.root = None if root is None else Path(root)  # known: ensure() makes nothing through a symlink
+        self.root = None if root is None else Path(root)  # known: dirs.ensure_dropbox makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
-        # hold_dirs(): every state directory open (state -> fd) from the first use until
-        # close(), so a move or read is one *at call on a name, with no path walk
+        # hold_dirs(): every state directory open (state -> fd) from the first use until close()
         self._hold = False
         self._fds: dict[State, int] | None = None
 
@@ -172,14 +137,11 @@ class Dropbox:
     def __repr__(self) -> str:
         return f"Dropbox({str(self.path)!r})"
 
-    # --- held directories (a long-lived consumer's or producer's dropbox)
+    # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the six state directories now and keep them open until :meth:`close`: moves,
-        creates and reads then name files relative to them (no path walk).  A directory
-        removed or replaced is noticed at the first name it no longer has: every fd is
-        dropped and the call is made again by path.  Without renameat2 (the link()+unlink()
-        fallback) moves go by path.  Opened here, not at the first move, so a consumer's
-        claims make the same system calls from the first one on (fail-at-N counts them)."""
+        """Open the six state directories now (not at the first move: a consumer's claims make the
+        same system calls from the first one on, as fail-at-N counts them) and keep them open
+        until :meth:`close`: moves, creates and reads then name files in them (no path walk)."""
         self._hold = True
         self._held()
         return self
@@ -199,8 +161,8 @@ class Dropbox:
         return {**self.__dict__, "_fds": None}  # fds do not travel to another process
 
     def _held(self) -> dict[State, int] | None:
-        """The held directory fds, opened on first use; None when not held, or when one of
-        them cannot be opened (a missing directory: the path-based call says what is wrong)."""
+        """The held fds (opened again after _went_away); None when not held, or when one cannot be
+        opened (a missing directory: the path-based call says what is wrong)."""
         fds = self._fds
         if fds is None and self._hold:
             fds = {}
@@ -215,10 +177,9 @@ class Dropbox:
         return fds
 
     def _went_away(self, *states: State) -> bool:
-        """Is one of these held directories no longer the one at its path (removed, or moved
-        aside and made again)?  Then drop every held fd (the next call reopens them by path)
-        and say so: the caller tries again.  Asked only when a name was not found, so a lost
-        race costs two stat calls."""
+        """Is one of these held directories no longer the one at its path (removed, or moved aside
+        and made again)?  Then every held fd is dropped and the caller tries again.  Asked only
+        when a name was not found, so a lost race costs two stat calls."""
         fds = self._fds
         if fds is None:
             return False
@@ -229,37 +190,21 @@ class Dropbox:
             except OSError:
                 gone = True
             if gone:
-                self._fds = None
-                for fd in fds.values():
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                self.close()
+                self._hold = True
                 return True
         return False
 
-    # --- layout
-    def ensure(self) -> "Dropbox":
-        for d in STATE_DIRS:
-            if self.root is None:
-                ensure_dir(self.path / d)
-            else:
-                ensure_plain_dir(self.root, self.path / d)
-        return self
-
+    # --- layout (made by dirs.ensure_dropbox)
     def exists(self) -> bool:
-        """All six state directories are real directories (a symlink is not: it could lead
-        out of the root)."""
-        return is_real_dir(self.path) and all(is_real_dir(self._dirs[s]) for s in State if s.value is not None)
+        """All six state directories are real directories (a symlink could lead out of the root)."""
+        return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
 
     def file(self, state: State, name: str) -> str:
         return f"{self._dirs[state]}/{name}"  # a name never holds "/": no os.path.join needed
-
-    def sync(self, *states: State) -> None:
-        """fsync the given state directories (group commit of renames)."""
-        for state in states:  # (by path, not a held fd: one open more, next to an fsync)
-            fsync_dir(self._dirs[state])
 
     def working_lock(self, exclusive: bool = False) -> "WorkingLock":
         """flock on working/: a producer holds it shared from CREATE to SEND, so the orphan
@@ -270,13 +215,10 @@ class Dropbox:
 
     # --- listing
     def list(self, state: State) -> list[str]:
-        """One directory listing; dot-files are foreign work in progress and never listed.
-        A state directory that is a symlink lists as empty: nothing outside the root is
-        ever claimed, expired or swept through it."""
+        """One directory listing; dot-files are foreign work in progress and never listed.  A
+        symlinked state directory lists as empty: nothing outside the root is claimed through it."""
         path = self._dirs[state]
-        try:
-            # lstat, not an open(O_NOFOLLOW): a listing costs no file descriptor (and the
-            # fault-injection runs count opens per operation)
+        try:  # (lstat, not an open(O_NOFOLLOW): the fault-injection runs count opens per operation)
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return []
             return [n for n in os.listdir(path) if not n.startswith(".")]
@@ -286,7 +228,6 @@ class Dropbox:
     def count(self, state: State) -> int:
         return len(self.list(state))
 
-    # --- CREATE: ABSENT -> NOT_COMMITTED
     def register_inodes(self) -> frozenset[int]:
         """The inodes the claim register (claims.py) has an entry for, empty when it has none:
         listed before every walk of target/, so the register is read only when it is not empty."""
@@ -295,11 +236,11 @@ class Dropbox:
         except (FileNotFoundError, NotADirectoryError):
             return frozenset()
 
+    # --- CREATE: ABSENT -> NOT_COMMITTED
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
-        """Create ``working/<name>`` exclusively (never following a symlink), write it fully,
-        fsync it when durable.  On any failure the partial file is removed.  ``body`` may be
-        an open regular file: it is copied from offset 0 in chunks (a large body is never
-        held in memory; several copies of one file each start at 0)."""
+        """Create ``working/<name>`` exclusively (never following a symlink), write it fully, fsync
+        it when durable; on any failure the partial file is removed.  ``body`` may be an open
+        regular file, copied from offset 0 in chunks (never held in memory whole)."""
         next_state(State.ABSENT, Move.CREATE)
         size = len(name) if name.isascii() else len(os.fsencode(name))  # (every encoded name is ASCII)
         if size > MAX_NAME_BYTES:
@@ -307,44 +248,31 @@ class Dropbox:
         path = self.file(State.NOT_COMMITTED, name)
         self._check_plain(State.NOT_COMMITTED)
         try:
-            fds = self._fds if self._fds is not None else self._held()
-            try:
-                fd = _open_exclusive(path if fds is None else name,
-                                     _AT_FDCWD if fds is None else fds[State.NOT_COMMITTED])
-            except FileNotFoundError:
-                if not self._went_away(State.NOT_COMMITTED):
-                    raise
-                fd = _open_exclusive(path, _AT_FDCWD)
+            fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
         except OSError as exc:
             raise store_error("create", path, exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 _write_all(fd, body)
             else:
-                _copy_file(body.fileno(), fd)
+                offset = 0  # pread: the source's own offset is untouched
+                while chunk := os.pread(body.fileno(), _COPY_CHUNK, offset):
+                    _write_all(fd, chunk)
+                    offset += len(chunk)
             if durable:
                 os.fsync(fd)
         except OSError as exc:
             os.close(fd)
-            _unlink_quietly(path)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             raise store_error("write", path, exc) from exc
         os.close(fd)
 
     # --- every rename of the table
-    def move(
-        self,
-        move: Move,
-        source: State,
-        name: str,
-        new_name: str | None = None,
-        *,
-        durable: bool = False,
-    ) -> bool:
-        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).
-
-        Returns False when the source is gone (a lost race: someone else moved it
-        first) — normal and silent.  Never replaces an existing destination.
-        """
+    def move(self, move: Move, source: State, name: str, new_name: str | None = None) -> bool:
+        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).  False when
+        the source is gone (a lost race: someone else moved it first), normal and silent.  Never
+        replaces an existing destination (``collisions.py`` says where the message goes then)."""
         destination = next_state(source, move)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
@@ -375,39 +303,24 @@ class Dropbox:
                 rename(name, dst_name, fds[source], fds[destination])
         except FileNotFoundError:
             if self._went_away(source, destination):
-                return self.move(move, source, name, new_name, durable=durable)
+                return self.move(move, source, name, new_name)
             return False
         except FileExistsError:
             from . import collisions  # (a name taken where the message goes: rare)
 
-            if destination in (State.ACKNOWLEDGED, State.EXPIRED, State.DEAD_LETTER):
-                # A foreign producer reused a name: keep both, never overwrite.
-                return collisions.move_aside(self, self.file(source, name), destination, dst_name, rename)
-            if destination is State.NEW:
-                # target/ already holds a message of that name (a foreign file dropped twice):
-                # this one goes under a name of its own -- never a failed send, never lost.
-                moved = collisions.send_aside(self, self.file(source, name), dst_name, rename)
-                if moved and durable:
-                    self.sync(destination)
-                return moved
-            raise StoreError(f"cannot {move.name.lower()} {self.file(source, name)}: "
-                             f"{self.file(destination, dst_name)} already exists") from None
+            return collisions.taken(self, move, self.file(source, name), destination, dst_name, rename)
         except OSError as exc:
             raise store_error(move.name.lower(), self.file(source, name), exc) from exc
-        if durable:
-            self.sync(destination)
         return True
 
     # --- reading
     def open_body(self, state: State, name: str) -> BinaryIO:
-        """A message body as an open binary file, to stream a large body instead of reading
-        it whole (NotARegularFile: see :func:`open_regular`).  The file stays readable after
-        the message moves on (same inode)."""
+        """A message body as an open binary file, to stream a large body (NotARegularFile: see
+        :func:`open_regular`).  It stays readable after the message moves on (same inode)."""
         return os.fdopen(self._at(state, name, lambda where, dir_fd: open_regular(where, dir_fd=dir_fd)), "rb")
 
     def read(self, state: State, name: str) -> bytes:
-        """Read a message body.  Symlinks, FIFOs, directories and other non-regular
-        files raise NotARegularFile (they are quarantined, never delivered)."""
+        """A message body; NotARegularFile for anything else (quarantined, never delivered)."""
         return self._at(state, name, read_regular_file)
 
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
@@ -448,14 +361,6 @@ def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
     os.rename(tmp, path)
 
 
-def _copy_file(src: int, dst: int) -> None:
-    """Copy a regular file from offset 0 (pread: the source's own offset is untouched)."""
-    offset = 0
-    while chunk := os.pread(src, _COPY_CHUNK, offset):
-        _write_all(dst, chunk)
-        offset += len(chunk)
-
-
 def _open_exclusive(path: str, dir_fd: int) -> int:
     """open(O_CREAT|O_EXCL); a refusal is judged by ``netfs.open_refused`` (a network file
     system's EEXIST may be a phantom, its EPERM the EEXIST it means)."""
@@ -472,8 +377,7 @@ class NotARegularFile(OSError):
 
 
 class WorkingLock:
-    """``Dropbox.working_lock()``: a context manager, not a generator one (a producer takes it
-    once a send)."""
+    """``Dropbox.working_lock()`` (a class, not a generator context manager: taken once a send)."""
 
     __slots__ = ("path", "exclusive", "fd")
 
@@ -501,10 +405,9 @@ class WorkingLock:
 
 
 def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:
-    """Open a file the library expects to be its own regular file: never following a
-    symlink, never blocking (a FIFO opens at once instead of waiting for a writer), and
-    checked with fstat.  NotARegularFile for anything else; the fd is blocking again.
-    ``dir_fd``: ``path`` is a name in that directory."""
+    """Open a file the library expects to be its own regular file (``dir_fd``: ``path`` is a name
+    in it): never following a symlink, never blocking (a FIFO opens at once instead of waiting
+    for a writer), checked with fstat.  NotARegularFile for anything else."""
     fd, _ = _open_regular_stat(path, flags, mode, dir_fd)
     if flags & os.O_ACCMODE != os.O_RDONLY:  # (O_NONBLOCK means nothing to a regular file's reads)
         try:
@@ -520,7 +423,7 @@ _O_REGULAR = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | _O_REGULAR, mode, dir_fd=None if dir_fd == _AT_FDCWD else dir_fd)
+        fd = os.open(path, flags | _O_REGULAR, mode, dir_fd=_dir_fd(dir_fd))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
@@ -539,93 +442,23 @@ _READ_CAP = 1 << 30  # one read() returns at most 0x7ffff000 bytes on Linux anyw
 
 
 def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
-    """The whole content of a regular file (see :func:`open_regular`), read until its end:
-    one read() never returns more than 0x7ffff000 bytes on Linux, so a short read is the
-    end only once the size fstat reported has been read."""
+    """The whole content of a regular file (see :func:`open_regular`), read to its end: one
+    read() of the size fstat reported and a byte more, which comes back short (the end) unless
+    the file is over 2 GiB or grew since (then on to the end, the rest and a byte more at a time)."""
     fd, st = _open_regular_stat(path, os.O_RDONLY, 0, dir_fd)
     try:
         size = st.st_size
-        first = os.read(fd, min(size + 1, _READ_CAP))
-        if len(first) == size:  # the usual case: the size and not a byte more, one read
-            return first
-        chunks, total = [first], len(first)
-        while first:
-            # a short read before the size: the rest and one byte more; past the size (the
-            # file grew after its fstat) in 64 KiB steps to its end
-            want = min(size - total + 1 if total < size else 65536, _READ_CAP)
-            chunk = os.read(fd, want)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if len(chunk) < want and total >= size:  # short and the whole size read: the end
-                break
+        data = os.read(fd, min(size + 1, _READ_CAP))
+        if len(data) == size:  # the usual case
+            return data
+        chunks, total = [data], len(data)
+        while data:
+            data = os.read(fd, min(max(size - total, 65535) + 1, _READ_CAP))
+            chunks.append(data)
+            total += len(data)
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def ensure_dir(path: str | Path) -> None:
-    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
-    Every directory it creates is durable when it returns: its parent is fsynced after the
-    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
-    parent: without this a power loss could take a new queue, and the message just fsynced
-    into its target/, away; PROTOCOL.md Durability D10)."""
-    try:
-        _make_dirs_durably(os.path.normpath(os.fspath(path)))
-    except OSError as exc:
-        why = "something that is not a directory is in the way" if isinstance(
-            exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
-        raise StoreError(f"cannot create the directory {path}: {why}") from None
-
-
-def _make_dirs_durably(path: str) -> None:
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path) or "."
-    if parent != path and not os.path.isdir(parent):
-        _make_dirs_durably(parent)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        if not os.path.isdir(path):
-            raise
-    fsync_dir(parent)  # also when another process made it first: it may not have synced yet
-
-
-def is_plain_path(root: str | Path, path: str | Path) -> bool:
-    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
-    where the layout says (a symlinked internal directory could lead out of the root, or
-    make rolling-back/ the committing/ directory)."""
-    real_root = os.path.realpath(root)
-    return os.path.realpath(path) == os.path.join(real_root, os.path.relpath(path, root))
-
-
-def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
-    """:func:`ensure_dir`, but StoreError when the directory is not plainly inside ``root``:
-    every component below ``root`` is checked *before* anything is created under it, so a
-    symlink on the way (``<root>/q -> /elsewhere``) never gets directories made through it."""
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        raise StoreError(f"{path} is not inside {root}")
-    here = Path(root)
-    for part in () if rel == "." else Path(rel).parts:
-        here = here / part
-        try:
-            mode = os.lstat(here).st_mode
-        except FileNotFoundError:
-            ensure_dir(here)
-            mode = os.lstat(here).st_mode
-        if stat.S_ISLNK(mode):
-            raise StoreError(f"{path} is reached through a symlink ({here}): the library keeps its own "
-                             "files only in plain directories of the root")
-        if not stat.S_ISDIR(mode):
-            raise StoreError(f"cannot create the directory {path}: {here} is not a directory")
-    ensure_dir(path)  # the root itself (and a clear error when something else is in the way)
-    if not is_plain_path(root, path):
-        raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
-                         "only in plain directories of the root")
 
 
 def is_real_dir(path: str | Path) -> bool:
@@ -635,21 +468,12 @@ def is_real_dir(path: str | Path) -> bool:
         return False
 
 
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
-    """Make renames into the given state directories durable: fsync each distinct directory
-    once; past two directories (a fan-out, a transaction over many dropboxes), one syncfs of
-    their file system (one root is one file system: renames need that) while little else is
-    unwritten, else the directories' fsyncs side by side (see ``groupsync.group_sync_method``)."""
+    """Make renames into the given state directories durable: fsync each distinct directory once;
+    past two (a fan-out, a transaction over many dropboxes), ``groupsync.sync_by_method``."""
     dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
     if len(dirs) > 2:
-        from .groupsync import sync_by_method  # (a fan-out, a transaction over many dropboxes)
+        from .groupsync import sync_by_method
 
         sync_by_method(dirs[0], dirs)
         return

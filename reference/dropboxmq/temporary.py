@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import codec, layout
+from .dirs import ensure_dropbox
 from .errors import IllegalStateError, InvalidDestinationError
 from .message import (
     Destination,
@@ -65,7 +66,7 @@ def create_queue(session: Session) -> TemporaryQueue:
     """Session.create_temporary_queue(): a queue of this connection's, made now."""
     connection = session.connection
     q = TemporaryQueue(temporary_name(connection.client_id), connection)
-    layout.queue_box(connection.root, q).ensure()
+    ensure_dropbox(layout.queue_box(connection.root, q))
     connection._temporary.append(q)
     return q
 

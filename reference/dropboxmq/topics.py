@@ -43,7 +43,8 @@ from . import codec, layout
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
 from .selector import InvalidSelectorError
 from .message import Message, Topic, name_bytes
-from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir, open_regular, read_regular_file
+from .dirs import ensure_dir, ensure_dropbox
+from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
@@ -141,7 +142,7 @@ class Subscription:
         """Create atomically: build under a dot-name, then rename into place."""
         path = Path(path)
         tmp = path.parent / f"{NEW_PREFIX}{uuid.uuid4().hex}"
-        Dropbox(tmp).ensure()  # (ensure_dir: every directory made is durable)
+        ensure_dropbox(Dropbox(tmp))  # (ensure_dir: every directory made is durable)
         ensure_dir(tmp / CONSUMERS)
         with open(tmp / META, "w", encoding="utf-8") as f:
             json.dump(asdict(info), f)

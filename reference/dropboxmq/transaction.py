@@ -36,14 +36,15 @@ from .errors import JMSException, StoreError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
-from .store import (Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, is_plain_path, open_regular,
-                    read_regular_file, rename_noreplace, replace_durably, sync_many)
+from .dirs import ensure_plain_dir, is_plain_path
+from .store import (Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace,
+                    replace_durably, sync_many)
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
-    "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
-    "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link", "TransactionRolledBackError",
-    "TransactionInDoubtError",
+    "transaction_dir", "ensure_layout", "log_owner", "owns_pending_logs", "box_in_root", "apply_moves",
+    "roll_forward", "roll_back", "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
+    "TransactionRolledBackError", "TransactionInDoubtError",
 ]
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,15 @@ def ensure_layout(root: Path) -> None:
 def log_owner(log_name: str) -> str:
     """The client id that owns a log named ``<enc(clientId)>~<session>~<seq>``."""
     return codec.decode_field(log_name.split("~", 1)[0])
+
+
+def owns_pending_logs(root: Path, client_id: str) -> bool:
+    """Does ``client_id`` own a log still to finish?  Then its registration stays when it closes:
+    with the lock gone the owner reads as dead, and recovery finishes the transaction."""
+    try:
+        return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
+    except OSError:
+        return True  # cannot tell: keep the registration, the safe side
 
 
 # ---------------------------------------------------------------- the I/O shell of the log table

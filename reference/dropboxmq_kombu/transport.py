@@ -45,6 +45,7 @@ from kombu.transport import virtual
 import dropboxmq
 from dropboxmq import (CLIENT_ACKNOWLEDGE, BytesMessage, Connection, DropboxMQError, Message, MessageConsumer, Queue,
                        Session, Settings, TextMessage, Topic)
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.layout import INTERNAL, queue_box
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.producer import body_of
@@ -270,7 +271,7 @@ class Channel(virtual.Channel):
     # --- queues and bindings
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         self.queue_arguments[queue] = kwargs
-        queue_box(self.transport.root, Queue(queue)).ensure()
+        ensure_dropbox(queue_box(self.transport.root, Queue(queue)))
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return queue_box(self.transport.root, Queue(queue)).exists()

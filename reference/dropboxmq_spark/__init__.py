@@ -114,6 +114,7 @@ from pyspark.sql.types import StructType
 
 from dropboxmq import claims, codec, ids, javanum, layout, topics
 from dropboxmq.clients import Registration
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
@@ -208,7 +209,7 @@ def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
         if sub:
             raise ValueError("write to a topic (topic:NAME), not to one of its subscriptions")
         return topics.fan_out_targets(root, Topic(topic), header, None)
-    return [layout.queue_box(root, Queue(dest)).ensure()]
+    return [ensure_dropbox(layout.queue_box(root, Queue(dest)))]
 
 
 # ---------------------------------------------------------------- rows
@@ -612,7 +613,7 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
     log = TransactionLog(root, client_id, f"{tag}.s{stage}p{part}a{attempt}.{uuid.uuid4().hex[:6]}", 0)
     topic = dest.startswith("topic:")
     # a queue's dropbox is the same for every row: its directories held, files created by name
-    queue_boxes = None if topic else [layout.queue_box(root, Queue(dest)).ensure().hold_dirs()]
+    queue_boxes = None if topic else [ensure_dropbox(layout.queue_box(root, Queue(dest))).hold_dirs()]
     n = 0
     to_sync: list[str] = []
     sync_bytes = 0
@@ -696,7 +697,7 @@ class DropboxMQBatchWriter(DataSourceArrowWriter):
         self.root = _root(options)
         self.dest = _destination(options)
         if not self.dest.startswith("topic:"):
-            layout.queue_box(self.root, Queue(self.dest)).ensure()
+            ensure_dropbox(layout.queue_box(self.root, Queue(self.dest)))
         self.job = uuid.uuid4().hex[:16]
         self.client_id = f"spark-job-{self.job}"
         self.durable = (options.get("durable") or "true").lower() != "false"
@@ -748,7 +749,7 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
         self.root = _root(options)
         self.dest = _destination(options)
         if not self.dest.startswith("topic:"):
-            layout.queue_box(self.root, Queue(self.dest)).ensure()
+            ensure_dropbox(layout.queue_box(self.root, Queue(self.dest)))
         self.client_id = f"spark-sink-{_checkpoint_hash(options, 'sink')}"
         self.durable = (options.get("durable") or "true").lower() != "false"
         self.ttl = float(options.get("timeToLive") or 0)
@@ -848,7 +849,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.schema = schema if schema is not None and schema.fieldNames() == COLUMNS else None
         self.box = _read_box(self.root, self.dest)
         if not self.dest.startswith("topic:"):
-            self.box.ensure()
+            ensure_dropbox(self.box)
         # the query's client id: given (clientId), else derived from its checkpoint
         self.client_id = options.get("clientId") or f"spark-{_checkpoint_hash(options, 'source')}"
         self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 0)
@@ -928,7 +929,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
         assert self._claimer is not None
-        self._claimer.limit_to(set(self.box.list(State.NEW)))
+        self._claimer.scanner.only = set(self.box.list(State.NEW))
+        self._claimer.scanner.invalidate()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()

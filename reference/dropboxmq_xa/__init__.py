@@ -85,7 +85,8 @@ from dropboxmq.lifecycle import State
 from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_state
 from dropboxmq.ackmode import AckMode
 from dropboxmq.session import Session
-from dropboxmq.store import Dropbox, NotARegularFile, ensure_plain_dir, fsync_dir, read_regular_file, rename_noreplace
+from dropboxmq.dirs import ensure_plain_dir
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_regular_file, rename_noreplace
 from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
 
 __all__ = [

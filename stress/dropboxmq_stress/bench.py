@@ -721,7 +721,7 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
     def timed_relist() -> None:
         t0 = time.perf_counter()
         relist()
-        listings.append((time.perf_counter() - t0, scanner.names_listed, scanner.walk_length))
+        listings.append((time.perf_counter() - t0, len(scanner.keys), len(scanner.walk)))
 
     scanner.relist = timed_relist  # type: ignore[method-assign]
     label = f"backlog {_label_n(n)}: consume"

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dropboxmq import layout
+from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.lifecycle import STATE_DIRS, State
 from dropboxmq.message import Queue, TextMessage
 
@@ -80,7 +81,7 @@ def _collect(results, n: int, tick, workers: list) -> list:
 def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: int, console: Console,
              show_progress: bool = False) -> bool:
     root = Path(root)
-    box = layout.queue_box(root, Queue(queue)).ensure()
+    box = ensure_dropbox(layout.queue_box(root, Queue(queue)))
     before = box.count(State.ACKNOWLEDGED)
     if box.count(State.NEW) or box.count(State.DELIVERED):
         console.print(f"[yellow]{queue} has waiting messages from an earlier run; they are consumed too[/yellow]")

@@ -238,10 +238,11 @@ class FaultyOs:
 
 def install(plan: Plan, rename_path: str = "renameat2") -> None:
     """Route the library's file calls through ``plan`` (call in the child process only)."""
-    from dropboxmq import netfs, store, transaction
+    from dropboxmq import dirs, netfs, store, transaction
 
     faulty = FaultyOs(os, plan)
     store.os = faulty  # type: ignore[assignment]
+    dirs.os = faulty  # type: ignore[assignment]  # (directories made at connect, durably)
     netfs.os = faulty  # type: ignore[assignment]  # (the link()+unlink() path without renameat2)
     transaction.os = faulty  # type: ignore[assignment]
     if rename_path == "link" or store.renameat2 is None:

@@ -254,10 +254,11 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
     w = case.workload
     root.mkdir(parents=True, exist_ok=True)
     from dropboxmq import layout
+    from dropboxmq.dirs import ensure_dropbox
     from dropboxmq.transaction import ensure_layout
 
     ensure_layout(root)
-    layout.queue_box(root, Queue(w.queue)).ensure()
+    ensure_dropbox(layout.queue_box(root, Queue(w.queue)))
     t_start = time.time()
     deadline = t_start + w.duration
     cluster = Cluster(case, root, out / "history", deadline)

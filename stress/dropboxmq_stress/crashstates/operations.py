@@ -297,6 +297,8 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Topic
     from dropboxmq.connection import Connection
+    from dropboxmq.dirs import ensure_dropbox
+    from dropboxmq.store import sync_many
 
     topic = Topic("t")
     names = [f"s{i}" for i in range(scale.subscribers)]
@@ -304,9 +306,10 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
         s = conn.create_session()
         for name in names:
             s.create_durable_consumer(topic, name).close()
-    incoming = layout.topic_incoming(root, topic).ensure()
+    incoming = ensure_dropbox(layout.topic_incoming(root, topic))
     incoming.create("ID_dropped-0", body_of("f0"), durable=True)
-    incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0", durable=True)
+    incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0")
+    sync_many([(incoming, State.NEW)])
     subs = [os.path.relpath(topics.find_by_name(root, n, "subscriber")[0].path, root) for n in names]
     incoming_ref = ref(os.path.relpath(incoming.path, root), "f0")
     with start() as rec:
@@ -321,6 +324,7 @@ def op_retention(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Queue
     from dropboxmq.connection import Connection
+    from dropboxmq.store import sync_many
 
     keys = ["m0", "m1", "m2", "m3"]
     _seed(root, "q", keys)
@@ -331,7 +335,8 @@ def op_retention(root: Path, scale: Scale, start: StartRecording) -> Expect:
         c.close()
     box = layout.queue_box(root, Queue("q"))
     expiring = next(n for n in box.list(State.NEW) if box.read(State.NEW, n) == body_of("m2"))
-    box.move(Move.EXPIRE, State.NEW, expiring, durable=True)
+    box.move(Move.EXPIRE, State.NEW, expiring)
+    sync_many([(box, State.EXPIRED)])
     q = _queue_box("q")
     with start() as rec:
         retention.prune(box, list(retention.TERMINAL), older_than=0, now=time.time() + 3600)

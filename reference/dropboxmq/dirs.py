@@ -1,0 +1,89 @@
+"""Directories made under a root, off the message path: a queue's or a subscription's state
+directories (``init``, ``create_queue``, a connection with ``create=True``), the root's own
+internal ones (the clients' registrations, the transaction logs).  Each is made durably and never
+through a symlink: a symlinked internal directory could lead out of the root.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import StoreError
+from .lifecycle import STATE_DIRS
+from .store import Dropbox, fsync_dir
+
+__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir"]
+
+
+def ensure_dropbox(box: Dropbox) -> Dropbox:
+    """Make the six state directories of ``box`` (inside its root, if it knows it)."""
+    for d in STATE_DIRS:
+        if box.root is None:
+            ensure_dir(box.path / d)
+        else:
+            ensure_plain_dir(box.root, box.path / d)
+    return box
+
+
+def ensure_dir(path: str | Path) -> None:
+    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
+    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
+    Every directory it creates is durable when it returns: its parent is fsynced after the
+    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
+    parent: without this a power loss could take a new queue, and the message just fsynced
+    into its target/, away; PROTOCOL.md Durability D10)."""
+    try:
+        _make_dirs_durably(os.path.normpath(os.fspath(path)))
+    except OSError as exc:
+        why = "something that is not a directory is in the way" if isinstance(
+            exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
+        raise StoreError(f"cannot create the directory {path}: {why}") from None
+
+
+def _make_dirs_durably(path: str) -> None:
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path) or "."
+    if parent != path and not os.path.isdir(parent):
+        _make_dirs_durably(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    fsync_dir(parent)  # also when another process made it first: it may not have synced yet
+
+
+def is_plain_path(root: str | Path, path: str | Path) -> bool:
+    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
+    where the layout says (a symlinked internal directory could lead out of the root, or
+    make rolling-back/ the committing/ directory)."""
+    return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
+
+
+def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
+    """:func:`ensure_dir`, but StoreError when the directory is not plainly inside ``root``:
+    every component below ``root`` is checked *before* anything is created under it, so a
+    symlink on the way (``<root>/q -> /elsewhere``) never gets directories made through it."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        raise StoreError(f"{path} is not inside {root}")
+    here = Path(root)
+    for part in () if rel == "." else Path(rel).parts:
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except FileNotFoundError:
+            ensure_dir(here)
+            mode = os.lstat(here).st_mode
+        if stat.S_ISLNK(mode):
+            raise StoreError(f"{path} is reached through a symlink ({here}): the library keeps its own "
+                             "files only in plain directories of the root")
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"cannot create the directory {path}: {here} is not a directory")
+    ensure_dir(path)  # the root itself (and a clear error when something else is in the way)
+    if not is_plain_path(root, path):
+        raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
+                         "only in plain directories of the root")
