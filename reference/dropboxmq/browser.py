@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
 from .codec import from_wire, now_ms
-from .consumer import compile_selector
 from .lifecycle import State
+from .selector import selector_for
 from .message import (
     Message,
     Queue,
@@ -30,7 +30,7 @@ class QueueBrowser:
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self.compile_selector = compile_selector(selector)
+        self.matcher = selector_for(selector) if selector else None
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()
@@ -39,7 +39,7 @@ class QueueBrowser:
             msg = from_wire(name, now)
             if msg.is_expired(now) or msg.delivery_time > now:
                 continue
-            if self.compile_selector is not None and not self.compile_selector.matches(msg):
+            if self.matcher is not None and not self.matcher.matches(msg):
                 continue
             try:
                 msg.body = self.box.read(State.NEW, name)

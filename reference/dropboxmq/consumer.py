@@ -7,26 +7,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from .claim import Claim, Claimer, finish
 from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError, StoreError
 from .lifecycle import Move, State
-from .message import (
-    Destination,
-    Message,
-)
+from .message import Destination, Message
 from .producer import Body, body_of
 from .store import Dropbox, NotARegularFile
 
 if TYPE_CHECKING:
-    from .selector import Selector
+    from .listeners import MessageListener
     from .session import Session
     from .topics import Attachment, Subscription
 
-__all__ = ["compile_selector", "Delivery", "MessageListener", "MessageConsumer"]
+__all__ = ["Delivery", "MessageConsumer"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -43,36 +40,26 @@ class Delivery:
     acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
 
 
-def compile_selector(text: str | None) -> "Selector | None":
-    """The parsed selector, the parser imported only when there is one to parse."""
-    if not text:
-        return None
-    from .selector import selector_for
-
-    return selector_for(text)
-
-
-class MessageListener(Protocol):
-    def on_message(self, message: Message) -> Any: ...
-
-
 class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 selector_obj: "Selector | None" = None):
+                 filter_here: bool = True):
         self.session = session
         self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
-        # the claim step, shared with the Spark source; the policy (decision.decide) has a
-        # selector here on queues only: topics filter at fan-out.  The clocks are this module's
-        # now_ms and time, looked up at each call (tests shift them)
+        matcher = None
+        if selector and filter_here:  # (a topic's subscription is filtered at fan-out instead)
+            from .selector import selector_for  # (the parser: imported only when there is one to parse)
+
+            matcher = selector_for(selector)
+        # the claim step, shared with the Spark source.  The clocks are this module's now_ms
+        # and time, looked up at each call (tests shift them)
         self._claimer = Claimer(self.box, session.connection.client_id,
-                                ClaimSettings(selector_obj, session.settings.max_delivery_attempts),
+                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
                                 session.settings.scan_interval, clock=lambda: now_ms(),
                                 monotonic=lambda: time.monotonic())
         self._subscription: Subscription | None = None  # a topic consumer's (topics.py)
         self._attachment: Attachment | None = None
-        self._scanner = self._claimer.scanner  # invalidated when the session redelivers
         self._listener: Callable[[Message], Any] | None = None
         self._closed = False
         settings = session.settings
@@ -140,16 +127,9 @@ class MessageConsumer:
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener``: a callable taking the message, or an object with
         an ``on_message(message)`` method (JMS style).  None stops delivery."""
-        self.session._check_open()
-        if listener is None or callable(listener):
-            self._listener = listener
-        elif callable(getattr(listener, "on_message", None)):
-            self._listener = listener.on_message
-        else:
-            raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
-                            f"{type(listener).__name__} is neither")
-        if listener is not None:
-            self.session._ensure_dispatcher()
+        from .listeners import listen  # (listeners: imported when the first is set)
+
+        listen(self, listener)
 
     def close(self) -> None:
         if self._closed:
@@ -175,14 +155,6 @@ class MessageConsumer:
     def __iter__(self) -> Iterator[Message]:
         while (m := self.receive(0)) is not None:
             yield m
-
-    def _back_off(self, name: str, deliveries: int) -> None:
-        """Hold ``name`` (just redelivered after its ``deliveries``-th delivery) back for the
-        exponential redelivery delay."""
-        if self.redelivery_delay <= 0:
-            return
-        delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
-        self._claimer.hold_back(name, now_ms() + int(delay * 1000))
 
     def _check_receive(self) -> None:
         self.session._check_open()

@@ -14,17 +14,7 @@ from . import codec, ids
 from .codec import to_wire
 from .errors import InvalidDestinationError, StoreError
 from .lifecycle import Move, State
-from .message import (
-    BytesMessage,
-    DeliveryMode,
-    Destination,
-    MapMessage,
-    Message,
-    Queue,
-    StreamMessage,
-    TextMessage,
-    Topic,
-)
+from .message import BytesMessage, DeliveryMode, Destination, MapMessage, Message, Queue, StreamMessage, TextMessage, Topic
 from .store import Dropbox, sync_many
 
 if TYPE_CHECKING:
@@ -115,9 +105,11 @@ class MessageProducer:
         session.connection.check_lease("send")
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
+                from .transaction import session_log
+
                 for msg, name, boxes in prepared:
                     for box in boxes:
-                        session._tx_log().record("send", box, name, _size(msg.body))
+                        session_log(session).record("send", box, name, _size(msg.body))
                         create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
                                     source=source)
                 return

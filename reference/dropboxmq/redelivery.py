@@ -1,0 +1,56 @@
+"""A session gives messages back: ``recover()``, ``dead_letter()``, a listener that raised, an
+AUTO ack that failed, a close with messages still held.  Imported when that first happens: a
+session whose messages are all acknowledged never needs it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import IllegalStateError
+from .lifecycle import Move, State
+
+if TYPE_CHECKING:
+    from .consumer import Delivery
+    from .message import Message
+    from .session import Session
+
+__all__ = ["redeliver", "recover", "dead_letter"]
+
+
+def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = False) -> None:
+    """Put ``deliveries`` back in target/ (REDELIVER).  With ``back_off`` (processing failed),
+    each consumer of one holds it back for its redelivery delay before trying it again:
+    ``redelivery_delay * redelivery_backoff ** (deliveries - 1)``, at most ``max_redelivery_delay``."""
+    for d in deliveries:
+        d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
+    for c in session._consumers:
+        if back_off and c.redelivery_delay > 0:
+            for d in deliveries:
+                if c.box.path == d.box.path:
+                    delay = min(c.max_redelivery_delay,
+                                c.redelivery_delay * c.redelivery_backoff ** (d.message.delivery_count - 1))
+                    c._claimer.hold_back(d.original_name, c._claimer.clock() + int(delay * 1000))
+        c._claimer.scanner.invalidate()
+
+
+def recover(session: Session, messages: tuple[Message, ...], back_off: bool) -> None:
+    with session._lock:
+        session._check_open()
+        if session.transacted:
+            raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
+        chosen, kept = session._held(messages)
+        redeliver(session, chosen, back_off)
+        session._unacked = kept
+
+
+def dead_letter(session: Session, messages: tuple[Message, ...]) -> None:
+    with session._lock:
+        session._check_open()
+        if session.transacted:
+            raise IllegalStateError("dead_letter() is not allowed in a transacted session")
+        if not messages:
+            raise ValueError("dead_letter() needs the messages to give up on")
+        chosen, kept = session._held(messages)
+        for d in chosen:
+            d.box.move(Move.DEAD_LETTER, State.DELIVERED, d.processing_name)
+        session._unacked = kept
