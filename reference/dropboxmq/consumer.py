@@ -4,16 +4,15 @@ then its body is read and the session applies its ack mode (``ackmode.POLICY``).
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from .claim import Claim, Claimer, finish
+from .claim import Claim, Claimer
 from .codec import now_ms
 from .decision import ClaimSettings
-from .errors import IllegalStateError, StoreError
-from .lifecycle import Move, State
+from .errors import IllegalStateError
+from .lifecycle import State
 from .message import Destination, Message
 from .producer import Body, body_of
 from .store import Dropbox, NotARegularFile
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from .topics import Attachment, Subscription
 
 __all__ = ["Delivery", "MessageConsumer"]
-
-log = logging.getLogger("dropboxmq")
 
 
 @dataclass(slots=True)
@@ -139,12 +136,9 @@ class MessageConsumer:
         if self in self.session._consumers:
             self.session._consumers.remove(self)
         if self._subscription is not None and self._attachment is not None:
-            if self._subscription.info.durable is False:
-                # Unacked messages of a non-durable subscription die with it.
-                self.session._forget(self.box)
             from .topics import close_consumer
 
-            close_consumer(self._subscription, self._attachment)
+            close_consumer(self.session, self._subscription, self._attachment)
 
     def __enter__(self) -> "MessageConsumer":
         return self
@@ -186,14 +180,9 @@ class MessageConsumer:
             else:
                 body_file = box.open_body(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
-            log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
-            try:
-                finish(box, Move.DEAD_LETTER, pname)
-            except StoreError:
-                # Not left in processing/: after a clean close() nobody would reclaim it
-                # (stress faults case: EIO on the read, then on the rename into error/).
-                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
-                raise
+            from .redelivery import quarantine
+
+            quarantine(box, pname, claimed, exc)
             return None
         header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .ackmode import Failure
 from .errors import LeaseExpiredError, MessageTakenError, StoreError
 from .redelivery import redeliver
 
@@ -113,7 +112,7 @@ class Dispatcher:
             consumer._listener(d.message)  # type: ignore[misc]  # set: the loop checked
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
-            if session.policy.failure is Failure.REDELIVER:
+            if session.policy.failure == "redeliver":
                 redeliver(session, [d], back_off=True)
             return
         finally:

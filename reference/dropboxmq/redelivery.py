@@ -4,17 +4,22 @@ session whose messages are all acknowledged never needs it."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
-from .errors import IllegalStateError
+from .claim import finish
+from .errors import IllegalStateError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 
 if TYPE_CHECKING:
     from .consumer import Delivery
     from .message import Message
     from .session import Session
+    from .store import Dropbox
 
-__all__ = ["redeliver", "recover", "dead_letter"]
+__all__ = ["redeliver", "recover", "dead_letter", "quarantine", "taken_error"]
+
+log = logging.getLogger("dropboxmq")
 
 
 def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = False) -> None:
@@ -54,3 +59,24 @@ def dead_letter(session: Session, messages: tuple[Message, ...]) -> None:
         for d in chosen:
             d.box.move(Move.DEAD_LETTER, State.DELIVERED, d.processing_name)
         session._unacked = kept
+
+
+def quarantine(box: Dropbox, pname: str, claimed: str, exc: Exception) -> None:
+    """A message just claimed cannot be read: DEAD_LETTER it to error/ (or back to target/)."""
+    log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
+    try:
+        finish(box, Move.DEAD_LETTER, pname)
+    except StoreError:
+        # Not left in processing/: after a clean close() nobody would reclaim it
+        # (stress faults case: EIO on the read, then on the rename into error/).
+        box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
+        raise
+
+
+def taken_error(taken: list[Delivery]) -> MessageTakenError:
+    """The error of an acknowledge whose claims recovery took away (fenced by construction)."""
+    ids = tuple(d.message.message_id or d.original_name for d in taken)
+    return MessageTakenError(
+        f"{len(taken)} message(s) not acknowledged: recovery took them back from this client "
+        f"(presumed dead: lease or lock lost) and they are delivered again: {', '.join(ids[:5])}"
+        f"{' ...' if len(ids) > 5 else ''}", ids)

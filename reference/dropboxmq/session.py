@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import codec, layout
-from .ackmode import POLICY, AckMode, Close, Done, Take
+from .ackmode import POLICY, AckMode
 from .claim import finish
 from .consumer import Delivery, MessageConsumer
 from .errors import IllegalStateError, InvalidDestinationError, MessageTakenError, StoreError
@@ -22,7 +22,7 @@ from .lifecycle import Move, State
 from .message import (BytesMessage, DeliveryMode, Destination, MapMessage, Message, ObjectMessage, Queue,
                       StreamMessage, TextMessage, Topic)
 from .producer import MessageProducer
-from .store import Dropbox, sync_many
+from .store import sync_many
 
 if TYPE_CHECKING:
     from .browser import QueueBrowser
@@ -226,11 +226,9 @@ class Session:
                 # make the caller drop a message it was given (stress fail-at-N, claim call 5).
                 log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
         if taken and self.policy.taken_is_error:
-            ids = tuple(d.message.message_id or d.original_name for d in taken)
-            raise MessageTakenError(
-                f"{len(taken)} message(s) not acknowledged: recovery took them back from this client "
-                f"(presumed dead: lease or lock lost) and they are delivered again: {', '.join(ids[:5])}"
-                f"{' ...' if len(ids) > 5 else ''}", ids)
+            from .redelivery import taken_error
+
+            raise taken_error(taken)
 
     def recover(self, *messages: Message, back_off: bool = False) -> None:
         """Stop, and redeliver every unacknowledged message from the oldest on; given
@@ -242,18 +240,14 @@ class Session:
 
     # --- transactions (transaction.py: a session that is not transacted never imports it)
     def commit(self) -> None:
-        from .transaction import commit_session
+        from .transaction import end_transaction
 
-        commit_session(self)
+        end_transaction(self, commit=True)
 
     def rollback(self) -> None:
-        with self._lock:
-            self._check_open()
-            if not self.transacted:
-                raise IllegalStateError("rollback() needs a transacted session")
-            from .transaction import rollback_session
+        from .transaction import end_transaction
 
-            rollback_session(self)
+        end_transaction(self, commit=False)
 
     def close(self, grace: float | None = None) -> None:
         """Close: let a running listener finish (within ``grace`` seconds, see
@@ -269,11 +263,11 @@ class Session:
                 return
             self._closed = True
             close = self.policy.close
-            if close is Close.ROLLBACK:
+            if close == "rollback":
                 from .transaction import rollback_session
 
                 rollback_session(self)
-            elif close is Close.ACK:
+            elif close == "ack":
                 self._ack(self._unacked)
             elif self._unacked:
                 from .redelivery import redeliver
@@ -293,19 +287,16 @@ class Session:
             raise IllegalStateError("session is closed")
         self.connection._check_open()
 
-    def _forget(self, box: Dropbox) -> None:
-        self._unacked = [d for d in self._unacked if d.box.path != box.path]
-
     # --- delivery bookkeeping (called by consumers)
     def _delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
         """A consumer claimed ``d`` for this session: the ack mode's *take* step, and for
         receive() its *done* step too (a listener's comes when the listener returns)."""
         take = self.policy.take
-        if take is Take.LOG:
+        if take == "log":
             from .transaction import record_receive
 
             record_receive(self, d)
-        elif take is Take.HOLD:
+        elif take == "hold":
             self._unacked.append(d)
         if not by_listener:
             self._done(d)  # receive(): done as it returns
@@ -313,9 +304,9 @@ class Session:
     def _done(self, d: Delivery) -> None:
         """The application is done with ``d``: the ack mode's *done* step."""
         done = self.policy.done
-        if done is Done.ACK:
+        if done == "ack":
             self._ack_or_return(d)
-        elif done is Done.BATCH:
+        elif done == "batch":
             self._unacked.append(d)
             if len(self._unacked) >= self.settings.dups_ok_batch:
                 self._flush_lazy_acks()
@@ -336,7 +327,7 @@ class Session:
 
     def _flush_lazy_acks(self) -> None:
         """Ack the batch a DUPS_OK session keeps, without fsync (duplicates are allowed)."""
-        if self.policy.done is Done.BATCH and self._unacked:
+        if self.policy.done == "batch" and self._unacked:
             self._ack(self._unacked, durable=False)
             self._unacked = []
 

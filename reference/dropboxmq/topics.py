@@ -46,6 +46,7 @@ from .store import Dropbox, NotARegularFile, ensure_dir, fsync_dir, is_real_dir,
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
+    from .session import Session
 
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
@@ -327,8 +328,11 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
     return sub, attachment
 
 
-def close_consumer(sub: Subscription, attachment: Attachment) -> None:
-    """A consumer closes: non-durable subscriptions end with their last consumer."""
+def close_consumer(session: Session, sub: Subscription, attachment: Attachment) -> None:
+    """A consumer closes: non-durable subscriptions end with their last consumer, and the
+    session's unacked messages of one die with it."""
+    if sub.info.durable is False:
+        session._unacked = [d for d in session._unacked if d.box.path != sub.box.path]
     attachment.release()
     try:
         kind = sub.info.kind

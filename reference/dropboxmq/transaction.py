@@ -47,7 +47,7 @@ __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "box_in_root", "apply_moves", "roll_forward", "roll_back",
     "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
-    "session_log", "record_receive", "commit_session", "rollback_session",
+    "session_log", "record_receive", "end_transaction", "rollback_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -365,11 +365,14 @@ def record_receive(session: Session, d: Delivery) -> None:
     session._unacked.append(d)
 
 
-def commit_session(session: Session) -> None:
+def end_transaction(session: Session, commit: bool) -> None:
+    """``session.commit()`` or ``session.rollback()``."""
     with session._lock:
         session._check_open()
         if not session.transacted:
-            raise IllegalStateError("commit() needs a transacted session")
+            raise IllegalStateError(f"{'commit' if commit else 'rollback'}() needs a transacted session")
+        if not commit:
+            return rollback_session(session)
         session.connection.check_lease("commit")
         tx, session._tx = session._tx, None
         session._unacked = []
