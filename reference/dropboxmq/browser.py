@@ -27,6 +27,8 @@ class QueueBrowser:
     Expired and not-yet-deliverable messages are not shown."""
 
     def __init__(self, session: Session, queue: Queue, selector: str | None = None):
+        if codec.temporary_owner(queue.name) is None:
+            session.connection.queue_box(queue)  # a typo is an error, not an empty browse
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)

@@ -13,16 +13,16 @@ from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError
 from .lifecycle import State
-from .message import Destination, Message
-from .producer import Body, body_of
+from .message import Destination, MapMessage, Message, StreamMessage, TextMessage
 from .store import Dropbox, NotARegularFile
 
 if TYPE_CHECKING:
     from .listeners import MessageListener
+    from .producer import Body
     from .session import Session
     from .topics import Attachment, Subscription
 
-__all__ = ["Delivery", "MessageConsumer"]
+__all__ = ["Delivery", "MessageConsumer", "body_of"]
 
 
 @dataclass(slots=True)
@@ -188,3 +188,13 @@ class MessageConsumer:
         header._session = self.session  # type: ignore[attr-defined]
         return Delivery(box, pname, claimed, header, body_file)
 
+
+def body_of(msg: Message) -> "Body":
+    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body

@@ -127,8 +127,6 @@ class Session:
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
         self._check_open()
-        if codec.temporary_owner(queue.name) is None:
-            self.connection.queue_box(queue)  # a typo is an error, not an empty browse
         from .browser import QueueBrowser  # (rarely used: not imported with the session)
 
         return QueueBrowser(self, queue, selector)

@@ -47,7 +47,7 @@ from dropboxmq import (CLIENT_ACKNOWLEDGE, BytesMessage, Connection, DropboxMQEr
                        Session, Settings, TextMessage, Topic)
 from dropboxmq.layout import INTERNAL, queue_box
 from dropboxmq.lifecycle import Move, State
-from dropboxmq.producer import body_of
+from dropboxmq.consumer import body_of
 
 __all__ = ["ENVELOPE_TYPE", "Channel", "QoS", "Transport", "foreign_task_payload", "root_of", "topic_for_exchange"]
 
