@@ -60,15 +60,8 @@ class Connection:
     ``dropboxmq init`` or ``create_queue()``.  ``create=True`` creates the root, and each queue
     as it is first used."""
 
-    def __init__(
-        self,
-        root: str | Path,
-        client_id: str | None = None,
-        settings: Settings | None = None,
-        *,
-        create: bool = False,
-        allow_network_fs: bool = False,
-    ):
+    def __init__(self, root: str | Path, client_id: str | None = None, settings: Settings | None = None, *,
+                 create: bool = False, allow_network_fs: bool = False):
         self.root = Path(root)
         self.create = create
         self.settings = settings or Settings(allow_network_fs=allow_network_fs)
@@ -141,9 +134,7 @@ class Connection:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def create_session(
-        self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE
-    ) -> "Session":
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "Session":
         self._check_open()
         session = Session(self, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
         self._sessions.append(session)
