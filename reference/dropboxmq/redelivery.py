@@ -1,6 +1,7 @@
 """A session gives messages back: ``recover()``, ``dead_letter()``, a listener that raised, an
-AUTO ack that failed, a close with messages still held.  Imported when that first happens: a
-session whose messages are all acknowledged never needs it."""
+AUTO ack that failed, a close with messages still held, an unreadable message; and picks the
+messages given to acknowledge/recover/dead_letter among those it holds.  Imported when that
+first happens: a session whose messages are all acknowledged never needs it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,21 @@ if TYPE_CHECKING:
     from .session import Session
     from .store import Dropbox
 
-__all__ = ["redeliver", "recover", "dead_letter", "quarantine", "taken_error"]
+__all__ = ["held", "redeliver", "recover", "dead_letter", "quarantine", "taken_error"]
 
 log = logging.getLogger("dropboxmq")
+
+
+def held(session: Session, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
+    """The session's unacked deliveries of ``messages`` (all of them when none is given), and the rest."""
+    if not messages:
+        return session._unacked, []
+    wanted = {id(m) for m in messages}
+    chosen = [d for d in session._unacked if id(d.message) in wanted]
+    if len(chosen) != len(wanted):
+        raise IllegalStateError("a message given is not held by this session: it was never received here, "
+                                "or is already acknowledged, recovered or dead-lettered")
+    return chosen, [d for d in session._unacked if id(d.message) not in wanted]
 
 
 def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = False) -> None:
@@ -43,7 +56,7 @@ def recover(session: Session, messages: tuple[Message, ...], back_off: bool) -> 
         session._check_open()
         if session.transacted:
             raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
-        chosen, kept = session._held(messages)
+        chosen, kept = held(session, messages)
         redeliver(session, chosen, back_off)
         session._unacked = kept
 
@@ -55,7 +68,7 @@ def dead_letter(session: Session, messages: tuple[Message, ...]) -> None:
             raise IllegalStateError("dead_letter() is not allowed in a transacted session")
         if not messages:
             raise ValueError("dead_letter() needs the messages to give up on")
-        chosen, kept = session._held(messages)
+        chosen, kept = held(session, messages)
         for d in chosen:
             d.box.move(Move.DEAD_LETTER, State.DELIVERED, d.processing_name)
         session._unacked = kept

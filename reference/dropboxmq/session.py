@@ -162,7 +162,12 @@ class Session:
             self._check_open()
             if self.transacted:
                 raise IllegalStateError("acknowledge() is not allowed in a transacted session")
-            chosen, kept = self._held(messages)
+            if messages:
+                from .redelivery import held  # (individual acknowledge: imported when first used)
+
+                chosen, kept = held(self, messages)
+            else:
+                chosen, kept = self._unacked, []
             self.connection.check_lease("acknowledge")
             try:
                 self._ack(chosen)
@@ -170,17 +175,6 @@ class Session:
                 self._unacked = kept  # the others are acknowledged; the taken ones are not ours
                 raise
             self._unacked = kept
-
-    def _held(self, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
-        """The unacked deliveries of ``messages`` (all of them when none is given), and the rest."""
-        if not messages:
-            return self._unacked, []
-        wanted = {id(m) for m in messages}
-        chosen = [d for d in self._unacked if id(d.message) in wanted]
-        if len(chosen) != len(wanted):
-            raise IllegalStateError("a message given is not held by this session: it was never received here, "
-                                    "or is already acknowledged, recovered or dead-lettered")
-        return chosen, [d for d in self._unacked if id(d.message) not in wanted]
 
     def dead_letter(self, *messages: Message) -> None:
         """Give up on these unacknowledged messages: move them to error/ (DEAD_LETTER), where an
