@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
-    # from .connection, .session, .producer, .consumer, .browser, .temporary, .ackmode
+    # from .connection, .session, .producer, .consumer, .listeners, .browser, .temporary, .ackmode
     "Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser", "MessageListener", "Settings",
     "AckMode", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
     "TemporaryQueue", "TemporaryTopic",
@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
-_SOURCES = ("errors", "message", "bodies", "ackmode", "connection", "session", "producer", "consumer", "browser",
-            "temporary", "values", "selector", "transaction", "leases")
+_SOURCES = ("errors", "message", "bodies", "ackmode", "connection", "session", "producer", "consumer", "listeners",
+            "browser", "temporary", "values", "selector", "transaction", "leases")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from .ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED, AckMode
     from .browser import QueueBrowser
     from .connection import Connection, Settings
-    from .consumer import MessageConsumer, MessageListener
+    from .consumer import MessageConsumer
+    from .listeners import MessageListener
     from .producer import Body, MessageProducer
     from .session import Session
     from .temporary import TemporaryQueue, TemporaryTopic

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from . import codec, layout
 from .codec import from_wire, now_ms
-from .consumer import compile_selector
 from .lifecycle import State
+from .selector import selector_for
 from .message import (
     Message,
     Queue,
@@ -27,10 +27,12 @@ class QueueBrowser:
     Expired and not-yet-deliverable messages are not shown."""
 
     def __init__(self, session: Session, queue: Queue, selector: str | None = None):
+        if codec.temporary_owner(queue.name) is None:
+            session.connection.queue_box(queue)  # a typo is an error, not an empty browse
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self.compile_selector = compile_selector(selector)
+        self.matcher = selector_for(selector) if selector else None
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()
@@ -39,7 +41,7 @@ class QueueBrowser:
             msg = from_wire(name, now)
             if msg.is_expired(now) or msg.delivery_time > now:
                 continue
-            if self.compile_selector is not None and not self.compile_selector.matches(msg):
+            if self.matcher is not None and not self.matcher.matches(msg):
                 continue
             try:
                 msg.body = self.box.read(State.NEW, name)

@@ -43,6 +43,7 @@ from .store import REGISTER, Dropbox, fsync_dir, replace_durably
 
 __all__ = [
     "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "claim_name", "finish", "sweep_stale",
+    "acked_after_all",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -183,3 +184,18 @@ def finish(box: Dropbox, move: Move, pname: str) -> bool:
     if moved:
         forget(box, inode)  # type: ignore[arg-type]  # set whenever entry is
     return moved
+
+
+def acked_after_all(box: Dropbox, pname: str, original: str) -> bool:
+    """Did an ACK whose rename answered "no such file" happen after all?  (NFS retransmits a
+    RENAME whose reply was lost and answers the retry ENOENT.)  Then the message is in processed/
+    under the name the ACK gives it: the claim's own name ``pname``, or for an alias claim its
+    message's name ``original`` with the alias's inode."""
+    inode = codec.alias_inode(pname)
+    try:
+        if inode is None:
+            box.stat(State.ACKNOWLEDGED, pname)
+            return True
+        return box.stat(State.ACKNOWLEDGED, original).st_ino == inode
+    except FileNotFoundError:
+        return False

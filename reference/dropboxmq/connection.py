@@ -13,22 +13,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import codec, ids, layout
 from .ackmode import AckMode
 from .clients import Registration
 from .errors import IllegalStateError, RootNotFoundError, StoreError
-from .message import (
-    Destination,
-    Message,
-    Queue,
-)
+from .message import Destination, Message, Queue
 from .session import Session
 from .store import Dropbox
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Settings", "Connection"]
 
@@ -67,15 +60,8 @@ class Connection:
     ``dropboxmq init`` or ``create_queue()``.  ``create=True`` creates the root, and each queue
     as it is first used."""
 
-    def __init__(
-        self,
-        root: str | Path,
-        client_id: str | None = None,
-        settings: Settings | None = None,
-        *,
-        create: bool = False,
-        allow_network_fs: bool = False,
-    ):
+    def __init__(self, root: str | Path, client_id: str | None = None, settings: Settings | None = None, *,
+                 create: bool = False, allow_network_fs: bool = False):
         self.root = Path(root)
         self.create = create
         self.settings = settings or Settings(allow_network_fs=allow_network_fs)
@@ -94,13 +80,13 @@ class Connection:
         from .transaction import ensure_layout  # (the transaction log's directories)
 
         ensure_layout(self.root)
-        generated = client_id is None
+        self.client_id_generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
         self._registration = Registration(self.root, self.client_id, self.settings.lease)
-        self.client_id_generated = generated
-        if not generated:
-            self._finish_own_logs()  # holding the lock proves a predecessor's logs are ours
-            self._reclaim_own_leftovers()  # ... and its claims: a killed consumer's restart gets them back
+        if client_id is not None:
+            # holding the lock proves a predecessor's logs and claims are ours: a killed
+            # consumer's restart gets its messages back
+            self._finish_own(leftovers=True)
         self._sessions: list[Session] = []
         self._closed = False
         self._started = threading.Event()
@@ -152,9 +138,7 @@ class Connection:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def create_session(
-        self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE
-    ) -> "Session":
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "Session":
         self._check_open()
         session = Session(self, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
         self._sessions.append(session)
@@ -182,27 +166,24 @@ class Connection:
 
             for dest in self._temporary:
                 delete_temporary(self.root, dest)
-        self._finish_own_logs()  # a commit left in doubt (e.g. the disk was full): try again
+        self._finish_own()  # a commit left in doubt (e.g. the disk was full): try again
         self._registration.release()
         self._closed = True
 
-    def _finish_own_logs(self) -> None:
-        """Finish the transaction logs of this client id that no open session owns: roll
-        committed ones forward, the rest back.  Best effort: what fails stays for recovery."""
-        from .recovery import recover_owner
+    def _finish_own(self, leftovers: bool = False) -> None:
+        """Finish the transaction logs of this client id that no open session owns (committed
+        ones forward, the rest back) and, with ``leftovers``, redeliver the unacknowledged claims
+        a dead predecessor with this id left.  Best effort: what fails stays for the next
+        connection or `dropboxmq recover`."""
+        from .recovery import reclaim_own_leftovers, recover_owner
 
         try:
             recover_owner(self.root, self.client_id)
         except (OSError, StoreError) as exc:
             log.warning("cannot finish the transactions left by client %r: %s", self.client_id, exc)
-
-    def _reclaim_own_leftovers(self) -> None:
-        """Redeliver the unacknowledged claims a dead predecessor with this client id left (best
-        effort: what fails stays for the next connection or `dropboxmq recover`)."""
-        from .recovery import reclaim_own_leftovers
-
         try:
-            reclaim_own_leftovers(self.root, self.client_id)
+            if leftovers:
+                reclaim_own_leftovers(self.root, self.client_id)
         except (OSError, StoreError) as exc:
             log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
 

@@ -4,31 +4,25 @@ then its body is read and the session applies its ack mode (``ackmode.POLICY``).
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from .claim import Claim, Claimer, finish
+from .claim import Claim, Claimer
 from .codec import now_ms
 from .decision import ClaimSettings
-from .errors import IllegalStateError, StoreError
-from .lifecycle import Move, State
-from .message import (
-    Destination,
-    Message,
-)
-from .producer import Body, body_of
+from .errors import IllegalStateError
+from .lifecycle import State
+from .message import Destination, Message, TextMessage
 from .store import Dropbox, NotARegularFile
 
 if TYPE_CHECKING:
-    from .selector import Selector
+    from .listeners import MessageListener
+    from .producer import Body
     from .session import Session
     from .topics import Attachment, Subscription
 
-__all__ = ["compile_selector", "Delivery", "MessageListener", "MessageConsumer"]
-
-log = logging.getLogger("dropboxmq")
+__all__ = ["Delivery", "MessageConsumer", "body_of"]
 
 
 @dataclass(slots=True)
@@ -43,36 +37,26 @@ class Delivery:
     acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
 
 
-def compile_selector(text: str | None) -> "Selector | None":
-    """The parsed selector, the parser imported only when there is one to parse."""
-    if not text:
-        return None
-    from .selector import selector_for
-
-    return selector_for(text)
-
-
-class MessageListener(Protocol):
-    def on_message(self, message: Message) -> Any: ...
-
-
 class MessageConsumer:
     def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 selector_obj: "Selector | None" = None):
+                 filter_here: bool = True):
         self.session = session
         self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
-        # the claim step, shared with the Spark source; the policy (decision.decide) has a
-        # selector here on queues only: topics filter at fan-out.  The clocks are this module's
-        # now_ms and time, looked up at each call (tests shift them)
+        matcher = None
+        if selector and filter_here:  # (a topic's subscription is filtered at fan-out instead)
+            from .selector import selector_for  # (the parser: imported only when there is one to parse)
+
+            matcher = selector_for(selector)
+        # the claim step, shared with the Spark source.  The clocks are this module's now_ms
+        # and time, looked up at each call (tests shift them)
         self._claimer = Claimer(self.box, session.connection.client_id,
-                                ClaimSettings(selector_obj, session.settings.max_delivery_attempts),
+                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
                                 session.settings.scan_interval, clock=lambda: now_ms(),
                                 monotonic=lambda: time.monotonic())
         self._subscription: Subscription | None = None  # a topic consumer's (topics.py)
         self._attachment: Attachment | None = None
-        self._scanner = self._claimer.scanner  # invalidated when the session redelivers
         self._listener: Callable[[Message], Any] | None = None
         self._closed = False
         settings = session.settings
@@ -140,16 +124,9 @@ class MessageConsumer:
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener``: a callable taking the message, or an object with
         an ``on_message(message)`` method (JMS style).  None stops delivery."""
-        self.session._check_open()
-        if listener is None or callable(listener):
-            self._listener = listener
-        elif callable(getattr(listener, "on_message", None)):
-            self._listener = listener.on_message
-        else:
-            raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
-                            f"{type(listener).__name__} is neither")
-        if listener is not None:
-            self.session._ensure_dispatcher()
+        from .listeners import listen  # (listeners: imported when the first is set)
+
+        listen(self, listener)
 
     def close(self) -> None:
         if self._closed:
@@ -159,12 +136,9 @@ class MessageConsumer:
         if self in self.session._consumers:
             self.session._consumers.remove(self)
         if self._subscription is not None and self._attachment is not None:
-            if self._subscription.info.durable is False:
-                # Unacked messages of a non-durable subscription die with it.
-                self.session._forget(self.box)
             from .topics import close_consumer
 
-            close_consumer(self._subscription, self._attachment)
+            close_consumer(self.session, self._subscription, self._attachment)
 
     def __enter__(self) -> "MessageConsumer":
         return self
@@ -175,14 +149,6 @@ class MessageConsumer:
     def __iter__(self) -> Iterator[Message]:
         while (m := self.receive(0)) is not None:
             yield m
-
-    def _back_off(self, name: str, deliveries: int) -> None:
-        """Hold ``name`` (just redelivered after its ``deliveries``-th delivery) back for the
-        exponential redelivery delay."""
-        if self.redelivery_delay <= 0:
-            return
-        delay = min(self.max_redelivery_delay, self.redelivery_delay * self.redelivery_backoff ** (deliveries - 1))
-        self._claimer.hold_back(name, now_ms() + int(delay * 1000))
 
     def _check_receive(self) -> None:
         self.session._check_open()
@@ -214,16 +180,22 @@ class MessageConsumer:
             else:
                 body_file = box.open_body(State.DELIVERED, pname)
         except (NotARegularFile, OSError) as exc:
-            log.warning("unreadable message %s quarantined to error/: %s", claimed, exc)
-            try:
-                finish(box, Move.DEAD_LETTER, pname)
-            except StoreError:
-                # Not left in processing/: after a clean close() nobody would reclaim it
-                # (stress faults case: EIO on the read, then on the rename into error/).
-                box.move(Move.REDELIVER, State.DELIVERED, pname, claimed)
-                raise
+            from .redelivery import quarantine
+
+            quarantine(box, pname, claimed, exc)
             return None
         header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
         header._session = self.session  # type: ignore[attr-defined]
         return Delivery(box, pname, claimed, header, body_file)
 
+
+def body_of(msg: Message) -> "Body":
+    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    from .bodies import MapMessage, StreamMessage  # (non-text bodies)
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body

@@ -21,6 +21,7 @@ from .message import DeliveryMode, Topic
 from .connection import Connection, Settings
 from .consumer import MessageConsumer
 from .producer import create_copy
+from .transaction import session_log
 
 __all__ = ["POLL_SECONDS", "topics_with_incoming", "distribute_once", "distribute"]
 
@@ -56,7 +57,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                     # the claim wrote this delivery's count into the name: a copy is a first delivery
                     copy_name = codec.without_delivery_count(d.original_name)
                     for target in targets:
-                        session._tx_log().record("send", target, copy_name)
+                        session_log(session).record("send", target, copy_name)
                         create_copy(target, copy_name, msg, topic_copy=True, durable=False, source=body)
                     session.commit()
                 done += 1

@@ -1,27 +1,49 @@
 """Message listeners: one dispatcher thread per session (JMS sessions are single-threaded) that
 claims for every consumer with a listener and runs it, the session's ack mode deciding what a
 returning or raising listener means (``ackmode.POLICY``: *done* and *failure*).  Made when a
-session's first listener is set (``MessageConsumer.set_message_listener``); a session whose
-consumers only ``receive()`` never starts one.
+session's first listener is set (``MessageConsumer.set_message_listener``, :func:`listen`); a
+session whose consumers only ``receive()`` never imports this module.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .ackmode import Failure
 from .errors import MessageTakenError, StoreError
 from .leases import LeaseExpiredError
+from .redelivery import redeliver
 
 if TYPE_CHECKING:
     from .consumer import Delivery, MessageConsumer
+    from .message import Message
     from .session import Session
 
-__all__ = ["Dispatcher"]
+__all__ = ["MessageListener", "listen", "Dispatcher"]
 
 log = logging.getLogger("dropboxmq")
+
+
+class MessageListener(Protocol):
+    def on_message(self, message: Message) -> Any: ...
+
+
+def listen(consumer: MessageConsumer, listener: Callable[[Message], Any] | MessageListener | None) -> None:
+    """``consumer.set_message_listener(listener)``: the session's dispatcher delivers to it."""
+    consumer.session._check_open()
+    if listener is None or callable(listener):
+        consumer._listener = listener
+    elif callable(getattr(listener, "on_message", None)):
+        consumer._listener = listener.on_message
+    else:
+        raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
+                        f"{type(listener).__name__} is neither")
+    if listener is not None:
+        session = consumer.session
+        if session._dispatcher is None:
+            session._dispatcher = Dispatcher(session)
+        session._dispatcher.wake.set()
 
 
 class Dispatcher:
@@ -48,7 +70,7 @@ class Dispatcher:
         if overran and running is not None:
             log.warning("message listener still running %s s after close: %s returned to the queue",
                         grace, running.message.message_id)
-            self.session._redeliver([running])
+            redeliver(self.session, [running])
         return overran
 
     def _loop(self) -> None:
@@ -91,8 +113,8 @@ class Dispatcher:
             consumer._listener(d.message)  # type: ignore[misc]  # set: the loop checked
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
-            if session.policy.failure is Failure.REDELIVER:
-                session._redeliver([d], back_off=True)
+            if session.policy.failure == "redeliver":
+                redeliver(session, [d], back_off=True)
             return
         finally:
             self.running = None

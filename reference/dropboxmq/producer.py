@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
@@ -27,9 +26,7 @@ from .store import Dropbox, sync_many
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["MessageProducer", "create_copy", "Body", "as_message", "body_of"]
-
-log = logging.getLogger("dropboxmq")
+__all__ = ["MessageProducer", "create_copy", "Body", "as_message"]
 
 
 class MessageProducer:
@@ -113,9 +110,11 @@ class MessageProducer:
         session.connection.check_lease("send")
         with session._lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
+                from .transaction import session_log
+
                 for msg, name, boxes in prepared:
                     for box in boxes:
-                        session._tx_log().record("send", box, name, _size(msg.body))
+                        session_log(session).record("send", box, name, _size(msg.body))
                         create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
                                     source=source)
                 return
@@ -202,16 +201,4 @@ def as_message(body: "Message | Body") -> Message:
         s.items = body
         return s
     raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
-
-
-def body_of(msg: Message) -> "Body":
-    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
-    if isinstance(msg, TextMessage):
-        return msg.text
-    from .bodies import MapMessage, StreamMessage  # (non-text bodies)
-    if isinstance(msg, MapMessage):
-        return msg.map
-    if isinstance(msg, StreamMessage):
-        return msg.items
-    return msg.body
 

@@ -48,11 +48,12 @@ from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regula
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
+    from .session import Session
 
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
-    "ancestors", "find_by_name", "open_subscription", "close_consumer", "unsubscribe",
+    "ancestors", "find_by_name", "subscribe", "open_subscription", "close_consumer", "unsubscribe",
     "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
 ]
 
@@ -258,6 +259,23 @@ def find_by_name(root: Path, name: str, client_id: str | None) -> list[Subscript
 # ---------------------------------------------------------------- subscribing (seed 004)
 
 
+def subscribe(conn: "Connection", topic: Topic, name: str | None, selector: str | None, no_local: bool,
+              durable: bool, shared: bool) -> tuple[Subscription, Attachment]:
+    """A session's topic consumer: its topic and selector checked before anything is created,
+    then the subscription opened."""
+    if not isinstance(topic, Topic):
+        raise InvalidDestinationError(f"{topic} is not a topic")
+    owner = codec.temporary_owner(topic.name)
+    if owner is not None and owner != conn.client_id:
+        raise InvalidDestinationError(f"{topic} is a temporary topic of another connection")
+    if selector:
+        from .selector import selector_for
+
+        selector_for(selector)  # (applied at fan-out: unmatched messages never reach the subscription)
+    kind = (SHARED_DURABLE if shared else DURABLE) if durable else (SHARED_NON_DURABLE if shared else NON_DURABLE)
+    return open_subscription(conn, topic, kind, name, selector, no_local)
+
+
 def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | None,
                       selector: str | None, no_local: bool) -> tuple[Subscription, Attachment]:
     """Create or re-attach to a subscription following seed 004's pseudocode."""
@@ -312,8 +330,11 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
     return sub, attachment
 
 
-def close_consumer(sub: Subscription, attachment: Attachment) -> None:
-    """A consumer closes: non-durable subscriptions end with their last consumer."""
+def close_consumer(session: Session, sub: Subscription, attachment: Attachment) -> None:
+    """A consumer closes: non-durable subscriptions end with their last consumer, and the
+    session's unacked messages of one die with it."""
+    if sub.info.durable is False:
+        session._unacked = [d for d in session._unacked if d.box.path != sub.box.path]
     attachment.release()
     try:
         kind = sub.info.kind

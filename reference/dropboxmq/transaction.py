@@ -29,10 +29,10 @@ import os
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
 
 from . import claims, codec
-from .errors import JMSException, StoreError
+from .errors import IllegalStateError, JMSException, StoreError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
@@ -40,11 +40,16 @@ from .dirs import ensure_plain_dir, is_plain_path
 from .store import (Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace,
                     replace_durably, sync_many)
 
+if TYPE_CHECKING:
+    from .consumer import Delivery
+    from .session import Session
+
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
     "transaction_dir", "ensure_layout", "log_owner", "owns_pending_logs", "box_in_root", "apply_moves",
     "roll_forward", "roll_back", "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
-    "TransactionRolledBackError", "TransactionInDoubtError",
+    "TransactionRolledBackError", "TransactionInDoubtError", "session_log", "record_receive", "end_transaction",
+    "rollback_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -357,6 +362,55 @@ class TransactionLog:
         self.close(False)
         self.store.move(_L.ASSOCIATED, _LM.HAND_OVER, self.name, missing_ok=True)
 
+
+# ---------------------------------------------------------------- a transacted session's steps
+# (session.Session calls these: a session that is not transacted never imports this module)
+
+
+def session_log(session: Session) -> TransactionLog:
+    """The log of ``session``'s open transaction, begun by its first send or receive."""
+    if session._tx is None:
+        session._tx_seq += 1
+        session._tx = TransactionLog(session.connection.root, session.connection.client_id, session._tag,
+                                     session._tx_seq)
+    return session._tx
+
+
+def record_receive(session: Session, d: Delivery) -> None:
+    """The *take* step LOG (ackmode.py): the receive is in the log, and held until commit/rollback."""
+    try:
+        session_log(session).record("receive", d.box, d.processing_name)
+    except OSError as exc:
+        from .redelivery import redeliver
+
+        redeliver(session, [d])  # not in the log means nobody would ever redeliver it: put it back now
+        raise StoreError(f"cannot record the receive in the transaction log: {exc}") from exc
+    session._unacked.append(d)
+
+
+def end_transaction(session: Session, commit: bool) -> None:
+    """``session.commit()`` or ``session.rollback()``."""
+    with session._lock:
+        session._check_open()
+        if not session.transacted:
+            raise IllegalStateError(f"{'commit' if commit else 'rollback'}() needs a transacted session")
+        if not commit:
+            return rollback_session(session)
+        session.connection.check_lease("commit")
+        tx, session._tx = session._tx, None
+        session._unacked = []
+        if tx is not None:
+            tx.commit(durable=True)
+
+
+def rollback_session(session: Session) -> None:
+    """Roll back the open transaction (rollback(), and a transacted session's close)."""
+    tx, session._tx = session._tx, None
+    session._unacked = []
+    if tx is not None:
+        tx.rollback()
+    for c in session._consumers:
+        c._claimer.scanner.invalidate()
 
 def box_in_root(root: Path, rel: str) -> Dropbox:
     """The dropbox a log names by its path relative to the root; CorruptLogError if that

@@ -87,7 +87,7 @@ from dropboxmq.ackmode import AckMode
 from dropboxmq.session import Session
 from dropboxmq.dirs import ensure_plain_dir
 from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_regular_file, rename_noreplace
-from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside
+from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside, rollback_session
 
 __all__ = [
     "LOG_PREFIX", "DEFAULT_FORMAT_ID", "XAError", "UnknownXidError", "Xid", "XAEntry", "BranchLog",
@@ -577,7 +577,7 @@ class XASession(Session):
                     if commit:
                         Session.commit(self)
                     else:
-                        self._rollback()
+                        rollback_session(self)
                 finally:
                     self._xid, self._xa_state = None, "idle"
                 return
@@ -595,7 +595,7 @@ class XASession(Session):
 
     def _invalidate(self) -> None:
         for c in self._consumers:
-            c._scanner.invalidate()
+            c._claimer.scanner.invalidate()
 
     # --- local transactions are refused inside a branch
     def commit(self) -> None:
