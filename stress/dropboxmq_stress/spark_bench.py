@@ -18,7 +18,10 @@ call to its end with the session already started and warmed up (a small untimed 
   without ``maxMessagesPerTrigger``; ``--max-per-trigger`` sets one) against the library's receive
   of an identical twin queue (same count, same bodies and properties, sent alike): one consumer
   in the default acknowledgement mode (AUTO_ACKNOWLEDGE), ``receive(0)`` until nothing is left,
-  which is what a user's consumer loop does.  Its breakdown: the micro-batches, the sum of each
+  which is what a user's consumer loop does.  For persistent messages that is one fsync of
+  processed/ per message, while the drain makes one per micro-batch: so a third twin is received
+  with CLIENT_ACKNOWLEDGE and one acknowledge() per read limit (the drain's fsyncs), reported
+  beside it as ``drain_vs_batched_ack`` (no goal).  Its breakdown: the micro-batches, the sum of each
   phase of Spark's ``StreamingQueryProgress.durationMs`` over them, the CPU seconds of Spark's
   whole process tree (the JVM, the Python processes it starts, this driver) during the drain
   against the library receive's CPU, and the wall time outside the micro-batches (starting the
@@ -101,6 +104,28 @@ def library_receive(root: Path, queue: str, n: int) -> tuple[float, float]:
         t, cpu = time.perf_counter(), time.process_time()
         while consumer.receive(0) is not None:
             got += 1
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+        consumer.close()
+    assert got == n, (got, n)
+    return seconds, cpu
+
+
+def library_receive_batched(root: Path, queue: str, n: int, batch: int) -> tuple[float, float]:
+    """library_receive with CLIENT_ACKNOWLEDGE and one (durable) acknowledge() per ``batch``."""
+    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+    from dropboxmq.connection import Connection
+    from dropboxmq.message import Queue
+
+    with Connection(root, "bench-receive") as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(Queue(queue))
+        got = 0
+        t, cpu = time.perf_counter(), time.process_time()
+        while consumer.receive(0) is not None:
+            got += 1
+            if got % batch == 0:
+                session.acknowledge()
+        session.acknowledge()
         seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         consumer.close()
     assert got == n, (got, n)
@@ -214,6 +239,7 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         # drain: twin queues of persistent messages, sent alike
         _library_send(root, "drain", n, persistent=True)
         _library_send(root, "drain-twin", n, persistent=True)
+        _library_send(root, "drain-twin-batched", n, persistent=True)
         ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
         load("spark_drain")
         jvm = spark.sparkContext._gateway.proc.pid
@@ -233,8 +259,15 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         figures["library_receive"] = n / receive_wall
         drain["library_cpu_s"] = round(receive_cpu, 2)
         drain["cpu_ratio"] = round(receive_cpu / drain["spark_cpu_s"], 2)
+        load("library_receive_batched")
+        from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
+
+        batched_wall, batched_cpu = library_receive_batched(root, "drain-twin-batched", n,
+                                                            per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
+        figures["library_receive_batched"] = n / batched_wall
+        drain["library_batched_cpu_s"] = round(batched_cpu, 2)
         assert spark.read.parquet(sink).select("message_id").distinct().count() == n
-        for queue in ("drain", "drain-twin"):
+        for queue in ("drain", "drain-twin", "drain-twin-batched"):
             box = root / queue / "incoming"
             assert not os.listdir(box / "target") and not os.listdir(box / "processing"), queue
             assert len(os.listdir(box / "processed")) == n, queue
@@ -244,8 +277,7 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         "drain": figures["spark_drain"] / figures["library_receive"],
         "write": figures["spark_write"] / figures["library_send"],
     }
-    from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
-
+    drain["drain_vs_batched_ack"] = round(figures["spark_drain"] / figures["library_receive_batched"], 2)
     return {"messages": n, "max_messages_per_trigger": per_trigger or DEFAULT_MESSAGES_PER_TRIGGER,
             "rates": {k: round(v) for k, v in figures.items()},
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
@@ -269,6 +301,9 @@ def _report(result: dict[str, Any]) -> str:
                  f"phases (s) " + ", ".join(f"{k} {v}" for k, v in d["phases_s"].items() if k != "triggerExecution")
                  + f"; outside the batches {d['outside_batches_s']} s; CPU Spark {d['spark_cpu_s']} s "
                  f"vs library {d['library_cpu_s']} s = {d['cpu_ratio']:.2f}x")
+    lines.append(f"  drain vs a receive acking (fsync) once per {result['max_messages_per_trigger']:,} "
+                 f"(CLIENT_ACKNOWLEDGE) {r['library_receive_batched']:,} msg/s = {d['drain_vs_batched_ack']:.2f}x "
+                 f"(no goal; CPU {d['library_batched_cpu_s']} s)  load {result['load_average_at_start']['library_receive_batched']}")
     lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s")
     lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
                  ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
