@@ -1,7 +1,8 @@
 """Where an availableNow drain's time goes (issue 32): per micro-batch, Spark's own accounting
 (``StreamingQueryProgress.durationMs``), the CPU of the data source's Python calls on the driver's
 source runner and in the read tasks, and the CPU of the whole Spark process tree; then the
-library's receive of a twin queue, back to back, as spark_bench runs it.
+library's receive of a twin queue, back to back, acking once per read limit (CLIENT_ACKNOWLEDGE:
+as many fsyncs as the drain; spark_bench's ``drain_vs_batched_ack``).
 
 Run: ``python -m dropboxmq_stress.spark_drain_probe [--messages N ...] [--repeat R] [--per-trigger M]``.
 
@@ -20,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from dropboxmq_spark import DropboxMQDataSource, DropboxMQStreamReader
-from dropboxmq_stress.spark_bench import BODY_BYTES, library_receive, tree_cpu
+from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER, DropboxMQDataSource, DropboxMQStreamReader
+from dropboxmq_stress.spark_bench import BODY_BYTES, library_receive_batched, tree_cpu
 
 _LOG_OPTION = "probeLog"
 
@@ -162,7 +163,8 @@ def run_once(spark: Any, n: int, per_trigger: int, tmp: str) -> dict[str, Any]:
     timeline = [(round(c["t"] - t_epoch, 2), c["what"], round(c["wall"], 2), round(c["cpu"], 2), c["pid"],
                  c.get("age")) for c in calls]
     load_lib = os.getloadavg()[0]
-    lib_wall, lib_cpu = library_receive(root, "drain-twin", n)
+    # the receive that fsyncs its ACKs as often as the drain (spark_bench: drain_vs_batched_ack)
+    lib_wall, lib_cpu = library_receive_batched(root, "drain-twin", n, per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
     stages = _stages(spark, t_epoch)
     assert spark.read.parquet(sink).count() == n
     sums: dict[str, list[float]] = {}
