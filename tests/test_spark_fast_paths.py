@@ -251,3 +251,79 @@ def test_log_entries_are_written_as_json_dumps_writes_them_and_read_back_in_one_
         path.write_text(lines[0] + "\n" + bad + "\n", encoding="utf-8", errors="surrogateescape")
         with pytest.raises(CorruptLogError):
             read_log(path)
+
+
+def test_a_micro_batch_holds_at_most_the_default_read_limit_unless_told(tmp_path):
+    """Without maxMessagesPerTrigger a micro-batch claims at most DEFAULT_MESSAGES_PER_TRIGGER
+    (the claims in flight and the manifest stay bounded); "0" lifts the limit, a number sets it."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER, DropboxMQStreamReader
+
+    def limit(**extra: str):
+        options = {"root": str(tmp_path / "root"), "path": "q", "checkpointLocation": str(tmp_path / "ck"), **extra}
+        reader = DropboxMQStreamReader(options)
+        try:
+            return reader.getDefaultReadLimit()
+        finally:
+            reader.stop()
+
+    Connection(tmp_path / "root", create=True).close()
+    assert DEFAULT_MESSAGES_PER_TRIGGER == 100_000
+    assert limit() == ReadMaxRows(DEFAULT_MESSAGES_PER_TRIGGER)
+    assert limit(maxMessagesPerTrigger="0") == ReadAllAvailable()
+    assert limit(maxMessagesPerTrigger="7") == ReadMaxRows(7)
+
+
+@pytest.mark.parametrize("count, tasks", [(0, 0), (1, 1), (4_999, 1), (5_000, 2), (20_000, 2), (50_000, 2),
+                                          (50_001, 3), (100_000, 4), (400_001, 16)])
+def test_reads_are_split_into_few_large_tasks(tmp_path, count, tasks):
+    """Each read task costs Spark a scheduling round and a Python worker's turn: a read takes
+    ~25,000 messages a task (at most 16 tasks), two tasks at least from 5,000 on, so that two
+    cores read at once; numPartitions overrides."""
+    from dropboxmq_spark import DropboxMQStreamReader
+
+    Connection(tmp_path / "root", create=True).close()
+    options = {"root": str(tmp_path / "root"), "path": "q", "checkpointLocation": str(tmp_path / "ck")}
+    reader = DropboxMQStreamReader(options)
+    manifests = reader.dir
+    try:
+        manifests.mkdir(parents=True, exist_ok=True)
+        (manifests / "1.json").write_text(json.dumps({"box": "q", "names": [f"n{i}" for i in range(count)]}))
+        parts = reader.partitions({"seq": 0}, {"seq": 1})
+        assert len(parts) == tasks
+        assert sum(len(p.items) for p in parts) == count
+        reader.options = {**options, "numPartitions": "3"}
+        assert len(reader.partitions({"seq": 0}, {"seq": 1})) == (min(3, count) if count else 0)
+    finally:
+        reader.stop()
+
+
+def test_claimed_names_are_read_through_a_per_tail_cache_that_agrees_with_the_full_decode():
+    """A stream task reads the names its driver claimed (all of one batch mostly share their
+    tail): codec.claimed_reading reads a tail once and gives what from_wire(claimed=True) gives;
+    names it cannot cache (expiration, delivery time, foreign) are left to the full decode."""
+    from dropboxmq import codec, ids
+    from dropboxmq.values import Property
+
+    import dropboxmq_spark as ds
+
+    def claimed(count: int = 1, **kw) -> str:
+        msg = TextMessage(body="x", message_id=ids.new_message_id(), timestamp=1_800_000_000_000, **kw)
+        return codec.with_delivery_count(codec.to_wire(msg), count)
+
+    names = [claimed(), claimed(3), claimed(priority=7, correlation_id="c.1", jms_type="t"),
+             claimed(delivery_mode=DeliveryMode.NON_PERSISTENT, reply_to=Queue("back")),
+             claimed(properties={"n": Property("I", 5), "s": Property("S", "a b"), "f": Property("D", 0.5)})]
+    for name in names:
+        fast = ds._claimed_reading(name)
+        assert fast is not None and type(fast) is type(codec.from_wire(name, claimed=True)), name
+        assert vars(fast) == vars(codec.from_wire(name, claimed=True)), name
+    assert ds._claimed_reading(claimed(expiration=1_800_000_001_000)) is None
+    assert ds._claimed_reading(claimed(delivery_time=1_800_000_001_000)) is None
+    assert ds._claimed_reading("not a dropboxmq name") is None
+    assert ds._claimed_reading("+4.1-2.T") is None
+    ds._claimed_tail.cache_clear()
+    for _ in range(3):
+        ds._claimed_reading(claimed(priority=2))
+    assert ds._claimed_tail.cache_info().misses == 1  # three names, one tail decoded

@@ -18,7 +18,7 @@ expired, error, working, delayed, all; default: the browsable messages of target
 ``numPartitions``; write: ``durable`` (default true: fsync each file), ``timeToLive`` (seconds);
 stream read: ``checkpointLocation`` (required; give the query's own: the consumer's identity, the
 owner of its claims, and where the reader finds Spark's commit log), ``clientId`` (instead of the derived ``spark-<hash>``),
-``maxMessagesPerTrigger``, ``maxDeliveryAttempts`` (10), ``selector``; stream write:
+``maxMessagesPerTrigger`` (100,000; "0": no limit), ``maxDeliveryAttempts`` (10), ``selector``; stream write:
 ``checkpointLocation`` (or ``sinkId``).  Written rows: ``body`` (binary or string) or ``text`` or
 ``value``; optional ``priority``, ``message_class``, ``correlation_id``, ``jms_type``, ``reply_to``,
 ``delivery_mode``, ``time_to_live``, ``properties`` (map of strings), ``typed_properties`` (the
@@ -90,6 +90,7 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -143,7 +144,7 @@ from dropboxmq.transaction import (
 
 __all__ = [
     "SHORT_NAME", "SCHEMA", "COLUMNS", "WRITE_CHUNK_ROWS", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
-    "DropboxMQStreamWriter", "DropboxMQStreamReader", "DropboxMQDataSource",
+    "DropboxMQStreamWriter", "DropboxMQStreamReader", "DropboxMQDataSource", "DEFAULT_MESSAGES_PER_TRIGGER",
 ]
 
 SHORT_NAME = "dropboxmq"
@@ -251,7 +252,46 @@ def _header(state: State, name: str, now: int, box: Dropbox | None = None) -> Me
         return from_wire(name, now)  # the delivery count the next claim gives it
     if box is not None and (aliased := claims.original_name(box, name)) is not None:
         original = aliased  # claimed under an alias (claims.py): the register names the message
-    return from_wire(original, now, claimed=True)  # claimed names carry the current count
+    return _claimed_reading(original) or from_wire(original, now, claimed=True)  # the current count
+
+
+#: A name's head: a digit priority and a 1.2-style id (codec's grammar); the tail is the rest.
+_DIGITS = frozenset("0123456789")
+_ID12 = re.compile(r"([0-9]{1,30})-[0-9]{1,30}")
+_STAND_IN_HEAD = "4.0-0."
+
+
+@functools.lru_cache(maxsize=1024)
+def _claimed_tail(tail: str) -> tuple[type[Message], dict[str, Any], dict[str, Property]] | None:
+    """What every claimed name ending in ``tail`` reads as, less priority, id and timestamp;
+    None when an expiration or a delivery time (different for each message) or an unreadable
+    tail make caching it pointless."""
+    msg = from_wire(_STAND_IN_HEAD + tail, 0, claimed=True)
+    if msg.expiration or msg.delivery_time or msg.message_id != "ID:0-0":
+        return None
+    fields = dict(vars(msg))
+    properties = fields.pop("properties")
+    for varying in ("message_id", "timestamp", "priority"):
+        del fields[varying]
+    return type(msg), fields, properties
+
+
+def _claimed_reading(name: str) -> Message | None:
+    """``from_wire(name, claimed=True)`` of a claimed name from a per-tail cache (the names of
+    one batch mostly share their tail, as the consumer's ``codec.first_delivery`` relies on);
+    None for a name to decode in full.  It halves a stream task's CPU for headers."""
+    parts = name.split(".", 2)
+    if len(parts) != 3 or len(parts[0]) != 1 or parts[0] not in _DIGITS:
+        return None
+    m = _ID12.fullmatch(parts[1])
+    t = _claimed_tail(parts[2]) if m is not None else None
+    if m is None or t is None:
+        return None
+    cls, fields, properties = t
+    msg = cls.__new__(cls)
+    msg.__dict__.update(fields, message_id="ID:" + parts[1], timestamp=int(m.group(1)) // 1000,
+                        priority=int(parts[0]), properties=properties.copy())
+    return msg
 
 
 #: Columns of SCHEMA holding a time: _values gives milliseconds, a row a datetime, Arrow microseconds.
@@ -342,15 +382,21 @@ def _chunks(items: list, n: int) -> list[list]:
 
 
 #: Messages a read task takes by default.  Each task costs Spark a scheduling round and a Python
-#: worker's turn: 10,000 messages in six tasks (2,000 each) ran in three waves on local[2] and took
-#: 13.1 s against 5.4 s (addBatch, load 13-15) in two tasks of 5,000.
-_TASK_MESSAGES = 5000
+#: worker's turn, about 0.4 s beyond its reading on local[2] (load 8-10): a stream batch of
+#: 100,000 in 16 tasks of 6,250 ran in eight waves, each task 1.0-1.5 s for 0.4-1.0 s of reading.
+#: (Earlier: 10,000 messages in six tasks of 2,000, three waves, 13.1 s against 5.4 s in two.)
+_TASK_MESSAGES = 25_000
+#: ... but a listing of twice this many is read by two tasks at least (two cores read at once).
+_MIN_TASK_MESSAGES = 2_500
 
 
 def _default_partitions(options: Any, count: int) -> int:
     if options.get("numPartitions"):
         return max(1, int(options["numPartitions"]))
-    return max(1, min(16, math.ceil(count / _TASK_MESSAGES)))
+    tasks = math.ceil(count / _TASK_MESSAGES)
+    if count >= 2 * _MIN_TASK_MESSAGES:
+        tasks = max(tasks, 2)
+    return max(1, min(16, tasks))
 
 
 def _read_messages(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple[State, str, Message, bytes]]:
@@ -819,6 +865,16 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
 # ---------------------------------------------------------------- streaming read
 
 
+#: The read limit of a micro-batch when ``maxMessagesPerTrigger`` is not given ("0": no limit).
+#: A batch's messages are claimed before its tasks start and stay claimed until the sink commits
+#: it, and its manifest names each of them (~100 bytes a name): the limit bounds both.  Each
+#: micro-batch costs Spark a fixed 1.5-3 s (planning, task launch, the sink's and the checkpoint's
+#: logs, one more source round trip; measured at load 5-10 on 2 cores), so batches of 10,000
+#: spent more in that than in the data source's claims, reads and ACKs (about 1.5 s of CPU per
+#: 10,000); at 100,000 it is a few percent of a batch.
+DEFAULT_MESSAGES_PER_TRIGGER = 100_000
+
+
 def _source_checkpoint(options: Any) -> str:
     """The query's checkpoint, which the source must be given too: Spark keeps it from sources,
     and the source's claims belong to it (acknowledged from its commits/, held while it exists)."""
@@ -852,7 +908,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ensure_dropbox(self.box)
         # the query's client id: given (clientId), else derived from its checkpoint
         self.client_id = options.get("clientId") or f"spark-{_checkpoint_hash(options, 'source')}"
-        self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 0)
+        per_trigger = options.get("maxMessagesPerTrigger")
+        self.max_per_trigger = DEFAULT_MESSAGES_PER_TRIGGER if per_trigger is None else int(per_trigger)
         self.max_attempts = int(options.get("maxDeliveryAttempts") or 10)
         self.recovery_interval = float(options.get("recoveryInterval") or 2.0)
         self.scan_interval = float(options.get("scanInterval") or 0.25)  # as Settings.scan_interval
