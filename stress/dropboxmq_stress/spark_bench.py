@@ -8,9 +8,16 @@ runs it with the default sizes).
 For each size N (messages of 100 bytes, one integer property), on fresh queues, timed from the
 call to its end with the session already started and warmed up (a small untimed run of each action):
 
-* **write**: a batch write with ``durable=false`` (one transaction, two tasks) against the
-  library's own send of the same messages in one process (``send_many`` of 1,000,
-  non-persistent: no fsync either).  The durable batch write is reported too (no goal).
+* **write**: a batch write with ``durable=false`` (one transaction, two tasks; the messages
+  persistent, no fsync) against the library's own send of the same messages (same count, same
+  100-byte text body and ``seq`` property) in one process: ``send_many`` of 1,000,
+  non-persistent (no fsync either), its fastest path.  Both sides make the same system calls a
+  message: one file created in working/, one rename into target/ (Spark's tasks create, its
+  driver's commit renames).  WRITE_ROUNDS rounds, the two sides back to back and in alternating
+  order; each side's rate is from its median round; the load average at each start, and the CPU
+  seconds of each side (the library's process; Spark's JVM and every Python process it started)
+  are recorded beside.  The durable batch write is set against the library's persistent
+  send_many (both group commit), one round each (no goal).
 * **browse**: a batch read of the queue (every body read: ``sum(length(body))``) against Spark's
   own ``binaryFile`` source reading the same files (``sum(length(content))``).
 * **drain**: a streaming ``trigger(availableNow=True)`` run into Parquet (claim + read + write +
@@ -28,6 +35,8 @@ import datetime
 import json
 import os
 import platform
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +47,7 @@ from dropboxmq.extras import require_or_exit
 
 BODY_BYTES = 100
 SEND_BATCH = 1000
+WRITE_ROUNDS = 3
 GOALS = {"browse": 1.0, "drain": 0.8, "write": 0.8}
 
 
@@ -80,6 +90,34 @@ def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
                 batch.append(m)
             producer.send_many(batch, delivery_mode=mode)
         return time.perf_counter() - t
+
+
+def _cpu_seconds(pids: set[int] | None = None) -> float:
+    """CPU seconds (user + system, with the children waited for) of the processes ``pids``
+    and all their descendants; None: this process alone."""
+    if pids is None:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    tree, grew = set(pids), True
+    while grew:
+        more = {pid for pid, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(stats[pid][1] for pid in tree if pid in stats)
+
+
+def _spark_pids(spark: Any) -> set[int]:
+    """The JVM behind the session (spark-submit execs java in place)."""
+    return {spark.sparkContext._gateway.proc.pid}
 
 
 def _library_receive(root: Path, queue: str, n: int, batch: int) -> float:
@@ -131,6 +169,56 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
     return {k: round(v, 2) for k, v in seconds.items()}
 
 
+def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -> None:
+    group = f"bench-write-{queue}"
+    spark.sparkContext.setJobGroup(group, group)
+    (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
+     .mode("append").save(queue))
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    assert len(jobs) == 1, f"a batch write ran {len(jobs)} Spark jobs"  # no count, cache or collect of its own
+
+
+def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
+    """The batch write against the library's send (see the module docstring): per side, the
+    seconds and CPU seconds of each round, the load average at each start, the rate of the
+    median round.  Queue ``w`` keeps the first round's Spark write (the browse reads it)."""
+    pids = _spark_pids(spark)
+    sides: dict[str, dict[str, list[float]]] = {}
+
+    def timed(key: str, action: Any, cpu_of: set[int] | None) -> None:
+        side = sides.setdefault(key, {"seconds": [], "cpu_seconds": [], "load": []})
+        side["load"].append(round(os.getloadavg()[0], 1))
+        c, t = _cpu_seconds(cpu_of), time.perf_counter()
+        seconds = action()  # the library's send times its loop alone (not its connection's set-up)
+        side["seconds"].append(round(time.perf_counter() - t if seconds is None else seconds, 3))
+        side["cpu_seconds"].append(round(_cpu_seconds(cpu_of) - c, 2))
+
+    for r in range(WRITE_ROUNDS):
+        spark_q, library_q = ("w", "w-library") if r == 0 else (f"w{r}", f"w-library{r}")
+        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False), pids),
+                ("library_send", lambda q=library_q: _library_send(root, q, n, persistent=False), None)]
+        for key, action, cpu_of in (both if r % 2 == 0 else both[::-1]):
+            timed(key, action, cpu_of)
+        for q in (spark_q, library_q):
+            assert len(os.listdir(root / q / "incoming" / "target")) == n, q
+            if r:
+                shutil.rmtree(root / q)
+    timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True), pids)
+    timed("library_send_durable", lambda: _library_send(root, "wd-library", n, persistent=True), None)
+    for q in ("wd", "wd-library"):
+        assert len(os.listdir(root / q / "incoming" / "target")) == n, q
+        shutil.rmtree(root / q)
+    out: dict[str, Any] = {}
+    for key, side in sides.items():
+        median = statistics.median(side["seconds"])
+        out[key] = {**side, "rate": n / median, "cpu_per_message_us": round(
+            statistics.median(side["cpu_seconds"]) / n * 1e6, 1)}
+    out["round_ratios"] = [round(lib / sp, 2) for sp, lib in zip(sides["spark_write"]["seconds"],
+                                                                   sides["library_send"]["seconds"], strict=True)]
+    out["cpu_ratio"] = round(out["library_send"]["cpu_per_message_us"] / out["spark_write"]["cpu_per_message_us"], 2)
+    return out
+
+
 def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -147,17 +235,10 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
                                          "cast(id % 10 as int) AS seq").cache()
         rows.count()
 
-        # write: Spark's batch write against the library's send, both without fsync
-        load("spark_write")
-        t = time.perf_counter()
-        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "false").mode("append").save("w")
-        figures["spark_write"] = n / (time.perf_counter() - t)
-        load("library_send")
-        figures["library_send"] = n / _library_send(root, "w-library", n, persistent=False)
-        load("spark_write_durable")
-        t = time.perf_counter()
-        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "true").mode("append").save("wd")
-        figures["spark_write_durable"] = n / (time.perf_counter() - t)
+        write = _write_figures(spark, root, rows, n)
+        for key in ("spark_write", "library_send", "spark_write_durable", "library_send_durable"):
+            figures[key] = write[key]["rate"]
+            loads[key] = write[key]["load"][0]
 
         # browse: every body of the queue, against binaryFile on the same files
         target = str(root / "w" / "incoming" / "target")
@@ -203,6 +284,7 @@ def run(spark: Any, n: int, per_trigger: int) -> dict[str, Any]:
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
             "goals_met": {k: ratios[k] >= GOALS[k] for k in GOALS},
             "load_average_at_start": loads,
+            "write": write,
             "seconds_for_100_messages": small}
 
 
@@ -216,7 +298,12 @@ def _report(result: dict[str, Any]) -> str:
         la = result["load_average_at_start"]
         lines.append(f"  {key:<6} {r[spark_key]:>8,} msg/s  vs {other} {r[other_key]:>8,} msg/s  "
                      f"= {q[key]:.2f}x  (goal {GOALS[key]:.1f}x: {verdict})  load {la[spark_key]}/{la[other_key]}")
-    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s")
+    w = result["write"]
+    lines.append(f"  write rounds (library s / Spark s, alternating order): {w['round_ratios']}; CPU a message "
+                 f"{w['spark_write']['cpu_per_message_us']} us Spark (JVM + Python) vs "
+                 f"{w['library_send']['cpu_per_message_us']} us library = {w['cpu_ratio']:.2f}x")
+    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s vs library persistent send_many "
+                 f"{r['library_send_durable']:,} msg/s = {r['spark_write_durable'] / r['library_send_durable']:.2f}x")
     lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
                  ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
     return "\n".join(lines)
