@@ -327,3 +327,64 @@ def test_claimed_names_are_read_through_a_per_tail_cache_that_agrees_with_the_fu
     for _ in range(3):
         ds._claimed_reading(claimed(priority=2))
     assert ds._claimed_tail.cache_info().misses == 1  # three names, one tail decoded
+
+
+def _varied_write_batch(n: int = 24):
+    """Record batches of every header column a written row may carry, repeating and varying."""
+    from pyspark.sql.types import VariantVal
+
+    typed = [VariantVal.parseJson('{"amount": 2.5, "vip": true}'), VariantVal.parseJson('{"n": 7}'), None]
+    variant_type = pa.struct([pa.field("value", pa.binary(), nullable=False),
+                              pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"})])
+    cols = {
+        "text": pa.array([None if i % 7 == 3 else f"t{i} é" for i in range(n)]),
+        "body": pa.array([bytes([i, 0, 255]) if i % 5 == 1 else None for i in range(n)], pa.binary()),
+        "priority": pa.array([None if i % 4 == 0 else i % 10 for i in range(n)], pa.int32()),
+        "message_class": pa.array([("MapMessage" if i == 9 else None) for i in range(n)]),
+        "correlation_id": pa.array([("c.1~x" if i % 6 == 2 else None) for i in range(n)]),
+        "reply_to": pa.array([("topic://t.r" if i % 8 == 5 else "Qreplies" if i % 8 == 6 else None) for i in range(n)]),
+        "jms_type": pa.array([("order" if i % 3 == 1 else None) for i in range(n)]),
+        "delivery_mode": pa.array([("non_persistent" if i % 5 == 4 else None) for i in range(n)]),
+        "time_to_live": pa.array([(3600.5 if i % 6 == 5 else None) for i in range(n)]),
+        "properties": pa.array([[("k", str(i % 3)), ("region", "eu")] if i % 2 else None for i in range(n)],
+                               pa.map_(pa.string(), pa.string())),
+        "typed_properties": pa.array([None if (v := typed[i % 3]) is None else {"value": v.value, "metadata": v.metadata}
+                                      for i in range(n)], variant_type),
+        "price": pa.array([(-0.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float("nan")) for i in range(n)]),
+        "ok": pa.array([i % 2 == 0 for i in range(n)]),
+        "seq": pa.array([i % 4 for i in range(n)], pa.int64()),
+        "name": pa.array([f"ignored-{i}" for i in range(n)]),  # a browse's column: not a header
+    }
+    return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
+
+
+@pytest.mark.parametrize("ttl", [0.0, 60.0])
+def test_a_write_task_names_arrow_rows_exactly_as_the_row_path_does(monkeypatch, ttl):
+    """The cached per-header templates of the Arrow path give, for the same message ids, the
+    names and bodies the row path (a Message built and encoded a row) gives: every header
+    column, nulls, -0.0 against 0.0, NaN, a time to live, a column the row path ignores."""
+    import itertools
+
+    import dropboxmq_spark as ds
+    from dropboxmq import ids
+
+    batch = _varied_write_batch()
+    clock = itertools.count(1_700_000_000_000)
+
+    def fixed_ids():
+        ms = next(clock)
+        return f"ID:{ms}000-{ms % 10**10:010d}", ms
+
+    # and rows alike but for one float's sign: their templates must not be shared
+    alike = pa.RecordBatch.from_arrays([pa.array(["a", "b", "c", "d"]), pa.array([0.0, -0.0, -0.0, 0.0])],
+                                       names=["text", "price"])
+    monkeypatch.setattr(ids, "new_message_id_and_time", fixed_ids)
+    namer = ds._Namer(ttl)  # one task's: templates cached across its batches
+    fast = [send for b in (batch, alike, batch) for send in namer.names(b)]
+    clock = itertools.count(1_700_000_000_000)
+    slow = []
+    for row in (row for b in (batch, alike, batch) for row in ds._batch_rows(b)):
+        msg, msg_ttl = ds._message_from_row(row, ttl)
+        slow.append((ds._stamp(msg, msg_ttl), msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT))
+    assert fast == slow
+    assert len({name for name, _, _ in fast}) == len(fast)

@@ -646,6 +646,187 @@ class _Attempt(WriterCommitMessage):
 #: Rows a task takes at a time: their sends are logged in one write, then their files created.
 WRITE_CHUNK_ROWS = 1000
 
+#: The columns a written row's body comes from, the first one not null.
+_BODY_COLUMNS = ("body", "text", "value")
+#: Distinct header sets a task keeps the name template of (beyond it the cache starts over).
+_TEMPLATES_KEPT = 4096
+
+
+class _Template(NamedTuple):
+    """The file name of a row's headers, but for the send's message id and expiration: ``head +
+    id + tail`` (no time to live) or ``head + id + tail + str(expiration) + rest``."""
+
+    head: str
+    tail: str
+    rest: str | None  # None: no time to live (no expiration field)
+    ttl_ms: int
+    persistent: bool
+
+
+def _template(row: dict[str, Any], ttl_default: float) -> _Template | None:
+    """The name template of ``row``'s headers (its body only gives the class: a placeholder of
+    its type is enough), built by the row path itself (_message_from_row, to_wire), so the two
+    cannot disagree.  None: a header the template cannot hold (the row path names the row)."""
+    msg, ttl = _message_from_row(row, ttl_default)
+    ttl_ms = int(ttl * 1000) if ttl > 0 else 0
+    if ttl_ms > 1 << 53:  # near the long's end: the row path range-checks the expiration
+        return None
+    msg.message_id, msg.timestamp, msg.delivery_time = "ID:0-0", 0, 0
+    msg.expiration = 1 if ttl_ms else 0
+    head = f"{msg.priority}."
+    name = to_wire(msg)
+    tail = name[len(head) + 3:]
+    if not name.startswith(f"{head}0-0.{msg.class_letter}"):
+        return None
+    persistent = msg.delivery_mode == DeliveryMode.PERSISTENT
+    if not ttl_ms:
+        return _Template(head, tail, None, 0, persistent)
+    exp_at = f".{msg.class_letter}."
+    if not tail.startswith(exp_at + "1") or tail[len(exp_at) + 1:len(exp_at) + 2] not in ("", "."):
+        return None
+    return _Template(head, exp_at, tail[len(exp_at) + 1:], ttl_ms, persistent)
+
+
+def _key_column(field: Any, column: Any) -> tuple[list, Any] | None:
+    """A header column as hashable values (equal only where the names are equal) and the function
+    giving a row's value back; None: a type whose values the row path must see one by one."""
+    import pyarrow as pa
+    from pyspark.sql.types import VariantVal
+
+    t = field.type
+    if pa.types.is_map(t):
+        return [None if v is None else tuple(v) for v in column.to_pylist()], lambda v: None if v is None else dict(v)
+    if _is_variant(t):
+        return ([None if v is None else (v["value"], v["metadata"]) for v in column.to_pylist()],
+                lambda v: None if v is None else VariantVal(*v))
+    if pa.types.is_floating(t):  # -0.0 == 0.0 but its text differs
+        return [None if v is None else (v, repr(v)) for v in column.to_pylist()], lambda v: None if v is None else v[0]
+    if any(check(t) for check in (pa.types.is_integer, pa.types.is_boolean, pa.types.is_string,
+                                  pa.types.is_large_string, pa.types.is_null, pa.types.is_binary,
+                                  pa.types.is_large_binary)):
+        return column.to_pylist(), lambda v: v
+    return None
+
+
+def _body_column(field: Any, column: Any) -> tuple[list, Any] | None:
+    """A body column's values as bytes, and the placeholder of its type a row would hold."""
+    import pyarrow as pa
+
+    t = field.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return column.cast(pa.large_binary()).to_pylist(), ""  # UTF-8, as str.encode gives it
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return column.to_pylist(), b""
+    if pa.types.is_null(t):
+        return [None] * len(column), None
+    return None
+
+
+class _Namer:
+    """Names the rows of Arrow record batches from cached templates: the per-row work is one
+    message id and a string join, where the row path builds a Message and encodes every header.
+    (A task's rows mostly repeat a few header sets: the same properties, default priority.)"""
+
+    def __init__(self, ttl_default: float):
+        self.ttl_default = ttl_default
+        self.templates: dict[tuple, _Template | None] = {}
+
+    def names(self, batch: Any) -> list[tuple[str, bytes, bool]] | None:
+        """(name, body, persistent) of each row, stamped in order; None: a column type only the
+        row path takes (the batch goes that way)."""
+        bodies = []
+        key_columns, converters, key_names = [], [], []
+        for field, column in zip(batch.schema, batch.columns, strict=True):
+            if field.name in _BODY_COLUMNS:
+                got = _body_column(field, column)
+                if got is None:
+                    return None
+                bodies.append((_BODY_COLUMNS.index(field.name), got))
+            elif field.name not in _STAMPED:
+                keyed = _key_column(field, column)
+                if keyed is None:
+                    return None
+                key_columns.append(keyed[0])
+                converters.append(keyed[1])
+                key_names.append(field.name)
+        bodies.sort(key=lambda b: b[0])
+        placeholders = [placeholder for _, (_, placeholder) in bodies]
+        n = batch.num_rows
+        kinds: Any
+        if len(bodies) == 1 and None not in bodies[0][1][0]:
+            kinds = itertools.repeat(0, n)
+            contents: Any = bodies[0][1][0]
+        else:  # the first body column not null, as _message_from_row takes it
+            kinds, contents = [], []
+            for values in zip(*(values for _, (values, _) in bodies), strict=True) if bodies else ((),) * n:
+                k = next((i for i, v in enumerate(values) if v is not None), -1)
+                kinds.append(k)
+                contents.append(values[k] if k >= 0 else b"")
+        keys = zip(kinds, *key_columns, strict=True) if key_columns else ((k,) for k in kinds)
+        out: list[tuple[str, bytes, bool]] = []
+        templates = self.templates
+        new_id = ids.new_message_id_and_time
+        for i, (key, body) in enumerate(zip(keys, contents, strict=True)):
+            try:
+                t = templates[key]
+            except KeyError:
+                if len(templates) >= _TEMPLATES_KEPT:
+                    templates.clear()
+                row = {name: conv(v) for name, conv, v in zip(key_names, converters, key[1:], strict=True)}
+                row["body"] = placeholders[key[0]] if key[0] >= 0 else None
+                t = templates[key] = _template(row, self.ttl_default)
+            except TypeError:  # an unhashable value
+                t = None
+            if t is not None:
+                mid, ms = new_id()
+                name = (f"{t.head}{mid[3:]}{t.tail}" if t.rest is None
+                        else f"{t.head}{mid[3:]}{t.tail}{ms + t.ttl_ms}{t.rest}")
+                if len(name) <= codec.MAX_NAME_BYTES:  # (every encoded name is ASCII)
+                    out.append((name, body, t.persistent))
+                    continue
+            msg, ttl = _message_from_row(next(_batch_rows(batch.slice(i, 1))), self.ttl_default)
+            out.append((_stamp(msg, ttl), msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT))
+        return out
+
+
+def _task_chunks(items: Iterator[Any], ttl: float, root: Path, dest: str,
+                 queue_box: Dropbox | None) -> Iterator[list[tuple[Dropbox, str, bytes, bool]]]:
+    """The sends of a task's rows, at most WRITE_CHUNK_ROWS at a time, stamped in row order:
+    (dropbox, name, body, persistent).  Record batches to a queue are named by _Namer; Rows,
+    and rows to a topic (whose subscriptions' selectors see each message), by the row path."""
+    namer = _Namer(ttl)
+    rows: list[Any] = []
+
+    def row_sends() -> list[tuple[Dropbox, str, bytes, bool]]:
+        sends: list[tuple[Dropbox, str, bytes, bool]] = []
+        for row in _rows_of(iter(rows)):
+            msg, msg_ttl = _message_from_row(row, ttl)
+            name = _stamp(msg, msg_ttl)
+            persistent = msg.delivery_mode == DeliveryMode.PERSISTENT
+            sends.extend((box, name, msg.body, persistent) for box in ([queue_box] if queue_box else
+                                                                       _write_boxes(root, dest, msg)))
+        rows.clear()
+        return sends
+
+    for item in items:
+        if hasattr(item, "schema") and hasattr(item, "num_rows"):  # a pyarrow.RecordBatch
+            if rows:
+                yield row_sends()
+            for start in range(0, item.num_rows, WRITE_CHUNK_ROWS):
+                part = item.slice(start, WRITE_CHUNK_ROWS)
+                named = None if queue_box is None else namer.names(part)
+                if named is None or queue_box is None:
+                    rows.append(part)
+                    yield row_sends()
+                else:
+                    yield [(queue_box, name, body, persistent) for name, body, persistent in named]
+        else:
+            rows.append(item)
+            if len(rows) >= WRITE_CHUNK_ROWS:
+                yield row_sends()
+    if rows:
+        yield row_sends()
+
 
 def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[Any], durable: bool,
                 ttl: float, fail_after: int = -1) -> _Attempt:
@@ -659,41 +840,32 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
     log = TransactionLog(root, client_id, f"{tag}.s{stage}p{part}a{attempt}.{uuid.uuid4().hex[:6]}", 0)
     topic = dest.startswith("topic:")
     # a queue's dropbox is the same for every row: its directories held, files created by name
-    queue_boxes = None if topic else [ensure_dropbox(layout.queue_box(root, Queue(dest))).hold_dirs()]
+    queue_box = None if topic else ensure_dropbox(layout.queue_box(root, Queue(dest))).hold_dirs()
     n = 0
     to_sync: list[str] = []
     sync_bytes = 0
-    rows = _rows_of(rows)
     try:
-        for first in itertools.count(0, WRITE_CHUNK_ROWS):
-            chunk = list(itertools.islice(rows, WRITE_CHUNK_ROWS))
-            if not chunk:
-                break
-            sends: list[tuple[Dropbox, str, Message]] = []
-            for i, row in enumerate(chunk, first):
-                if i == fail_after and attempt == 0:  # fault injection (tests): the first attempt dies
-                    raise RuntimeError(f"dropboxmq: injected failure of task attempt {stage}.{part}.{attempt}")
-                msg, msg_ttl = _message_from_row(row, ttl)
-                name = _stamp(msg, msg_ttl)
-                sends.extend((box, name, msg) for box in (queue_boxes or _write_boxes(root, dest, msg)))
-            log.record_many("send", [(box, name) for box, name, _ in sends])
-            for box, name, msg in sends:
+        for sends in _task_chunks(rows, ttl, root, dest, queue_box):
+            if attempt == 0 and 0 <= fail_after - n < len(sends):  # fault injection (tests): the first attempt dies
+                raise RuntimeError(f"dropboxmq: injected failure of task attempt {stage}.{part}.{attempt}")
+            log.record_many("send", [(box, name) for box, name, _, _ in sends])
+            for box, name, body, persistent in sends:
                 try:
-                    box.create(name, msg.body, False)
+                    box.create(name, body, False)
                 except StoreError as exc:
                     if topic and getattr(exc, "errno", None) == errno.ENOENT:
                         continue  # subscription removed while we publish
                     raise
                 n += 1
-                if durable and msg.delivery_mode == DeliveryMode.PERSISTENT:
+                if durable and persistent:
                     to_sync.append(box.file(State.NOT_COMMITTED, name))
-                    sync_bytes += len(msg.body)
+                    sync_bytes += len(body)
     except BaseException:
         log.close(durable)  # the log names every file of this attempt, durably: a rollback finds them
         raise
     finally:
-        for box in queue_boxes or ():
-            box.close()
+        if queue_box is not None:
+            queue_box.close()
     log.close(False)
     if durable and log.entries:  # group commit: the log and every persistent file, durable together
         sync_files(root, [str(log.path), *to_sync], sync_bytes)

@@ -8,24 +8,30 @@ runs it with the default sizes).
 For each size N (messages of 100 bytes, one integer property), on fresh queues, timed from the
 call to its end with the session already started and warmed up (a small untimed run of each action):
 
-* **write**: a batch write with ``durable=false`` (one transaction, two tasks) against the
-  library's own send of the same messages in one process (``send_many`` of 1,000,
-  non-persistent: no fsync either).  The durable batch write is reported too (no goal).
+* **write**: a batch write with ``durable=false`` (one transaction, two tasks; the messages
+  persistent, no fsync) against the library's own send of the same messages (same count, same
+  100-byte text body and ``seq`` property) in one process: ``send_many`` of 1,000,
+  non-persistent (no fsync either), its fastest path.  Both sides make the same system calls a
+  message: one file created in working/, one rename into target/ (Spark's tasks create, its
+  driver's commit renames).  WRITE_ROUNDS rounds, the two sides back to back and in alternating
+  order; each side's rate is from its median round; the load average at each start, and the CPU
+  seconds of each side (the library's process; Spark's JVM and every Python process it started)
+  are recorded beside.  The durable batch write is set against the library's persistent
+  send_many (both group commit), one round each (no goal).
 * **browse**: a batch read of the queue (every body read: ``sum(length(body))``) against Spark's
   own ``binaryFile`` source reading the same files (``sum(length(content))``).
 * **drain**: a streaming ``trigger(availableNow=True)`` run into Parquet (claim + read + write +
   ack) with the source's default read limit (``DEFAULT_MESSAGES_PER_TRIGGER``, what a user gets
   without ``maxMessagesPerTrigger``; ``--max-per-trigger`` sets one) against the library's receive
-  of an identical twin queue (same count, same bodies and properties, sent alike): one consumer
-  in the default acknowledgement mode (AUTO_ACKNOWLEDGE), ``receive(0)`` until nothing is left,
-  which is what a user's consumer loop does.  For persistent messages that is one fsync of
-  processed/ per message, while the drain makes one per micro-batch: so a third twin is received
-  with CLIENT_ACKNOWLEDGE and one acknowledge() per read limit (the drain's fsyncs), reported
-  beside it as ``drain_vs_batched_ack`` (no goal).  Its breakdown: the micro-batches, the sum of each
-  phase of Spark's ``StreamingQueryProgress.durationMs`` over them, the CPU seconds of Spark's
-  whole process tree (the JVM, the Python processes it starts, this driver) during the drain
-  against the library receive's CPU, and the wall time outside the micro-batches (starting the
-  query and its source's Python process, stopping it).
+  of an identical twin queue (same count, bodies and properties, sent alike) by one consumer that
+  acknowledges as durably and as often as the drain does: CLIENT_ACKNOWLEDGE, one acknowledge()
+  (one fsync of processed/) per read limit.  That is the goal's reference.  Beside it, with no
+  goal, a third twin received as a default loop does (AUTO_ACKNOWLEDGE: one fsync per message,
+  far slower for persistent messages, so a ratio against it would flatter the drain).  The
+  drain's breakdown: its micro-batches, the sum of each phase of Spark's
+  ``StreamingQueryProgress.durationMs``, the wall time outside the micro-batches (starting the
+  query and its source's Python process, stopping it), and the CPU seconds of Spark's whole process
+  tree (the JVM, the Python processes it starts, this driver) against the library receive's.
 
 Goals (issue 32): browse >= 1.0x binaryFile, drain >= 0.8x the library's receive, write >= 0.8x
 the library's send.
@@ -38,6 +44,8 @@ import datetime
 import json
 import os
 import platform
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +56,7 @@ from dropboxmq.extras import require_or_exit
 
 BODY_BYTES = 100
 SEND_BATCH = 1000
+WRITE_ROUNDS = 3
 GOALS = {"browse": 1.0, "drain": 0.8, "write": 0.8}
 
 
@@ -92,6 +101,34 @@ def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
         return time.perf_counter() - t
 
 
+def _cpu_seconds(pids: set[int] | None = None) -> float:
+    """CPU seconds (user + system, with the children waited for) of the processes ``pids``
+    and all their descendants; None: this process alone."""
+    if pids is None:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    tree, grew = set(pids), True
+    while grew:
+        more = {pid for pid, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(stats[pid][1] for pid in tree if pid in stats)
+
+
+def _spark_pids(spark: Any) -> set[int]:
+    """The JVM behind the session (spark-submit execs java in place)."""
+    return {spark.sparkContext._gateway.proc.pid}
+
+
 def library_receive(root: Path, queue: str, n: int) -> tuple[float, float]:
     """(seconds, CPU seconds) for one library consumer to receive n messages as a user's loop
     does: the default session (AUTO_ACKNOWLEDGE), ``receive(0)`` until nothing is left."""
@@ -130,27 +167,6 @@ def library_receive_batched(root: Path, queue: str, n: int, batch: int) -> tuple
         consumer.close()
     assert got == n, (got, n)
     return seconds, cpu
-
-
-def tree_cpu(root_pid: int) -> float:
-    """CPU seconds (user + system, reaped children's included) of ``root_pid`` and its live
-    descendants, from /proc: Spark's JVM with the Python processes it starts."""
-    tick = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, float]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                raw = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue  # gone meanwhile
-            fields = raw[raw.rindex(")") + 2:].split()
-            procs[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-    total, todo = 0.0, [root_pid]
-    while todo:
-        pid = todo.pop()
-        total += procs.get(pid, (0, 0.0))[1]
-        todo.extend(p for p, (parent, _) in procs.items() if parent == pid)
-    return total
 
 
 def drain_breakdown(query: Any, wall: float, cpu: float) -> dict[str, Any]:
@@ -194,6 +210,56 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
     return {k: round(v, 2) for k, v in seconds.items()}
 
 
+def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -> None:
+    group = f"bench-write-{queue}"
+    spark.sparkContext.setJobGroup(group, group)
+    (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
+     .mode("append").save(queue))
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    assert len(jobs) == 1, f"a batch write ran {len(jobs)} Spark jobs"  # no count, cache or collect of its own
+
+
+def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
+    """The batch write against the library's send (see the module docstring): per side, the
+    seconds and CPU seconds of each round, the load average at each start, the rate of the
+    median round.  Queue ``w`` keeps the first round's Spark write (the browse reads it)."""
+    pids = _spark_pids(spark)
+    sides: dict[str, dict[str, list[float]]] = {}
+
+    def timed(key: str, action: Any, cpu_of: set[int] | None) -> None:
+        side = sides.setdefault(key, {"seconds": [], "cpu_seconds": [], "load": []})
+        side["load"].append(round(os.getloadavg()[0], 1))
+        c, t = _cpu_seconds(cpu_of), time.perf_counter()
+        seconds = action()  # the library's send times its loop alone (not its connection's set-up)
+        side["seconds"].append(round(time.perf_counter() - t if seconds is None else seconds, 3))
+        side["cpu_seconds"].append(round(_cpu_seconds(cpu_of) - c, 2))
+
+    for r in range(WRITE_ROUNDS):
+        spark_q, library_q = ("w", "w-library") if r == 0 else (f"w{r}", f"w-library{r}")
+        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False), pids),
+                ("library_send", lambda q=library_q: _library_send(root, q, n, persistent=False), None)]
+        for key, action, cpu_of in (both if r % 2 == 0 else both[::-1]):
+            timed(key, action, cpu_of)
+        for q in (spark_q, library_q):
+            assert len(os.listdir(root / q / "incoming" / "target")) == n, q
+            if r:
+                shutil.rmtree(root / q)
+    timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True), pids)
+    timed("library_send_durable", lambda: _library_send(root, "wd-library", n, persistent=True), None)
+    for q in ("wd", "wd-library"):
+        assert len(os.listdir(root / q / "incoming" / "target")) == n, q
+        shutil.rmtree(root / q)
+    out: dict[str, Any] = {}
+    for key, side in sides.items():
+        median = statistics.median(side["seconds"])
+        out[key] = {**side, "rate": n / median, "cpu_per_message_us": round(
+            statistics.median(side["cpu_seconds"]) / n * 1e6, 1)}
+    out["round_ratios"] = [round(lib / sp, 2) for sp, lib in zip(sides["spark_write"]["seconds"],
+                                                                   sides["library_send"]["seconds"], strict=True)]
+    out["cpu_ratio"] = round(out["library_send"]["cpu_per_message_us"] / out["spark_write"]["cpu_per_message_us"], 2)
+    return out
+
+
 def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -210,17 +276,10 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
                                          "cast(id % 10 as int) AS seq").cache()
         rows.count()
 
-        # write: Spark's batch write against the library's send, both without fsync
-        load("spark_write")
-        t = time.perf_counter()
-        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "false").mode("append").save("w")
-        figures["spark_write"] = n / (time.perf_counter() - t)
-        load("library_send")
-        figures["library_send"] = n / _library_send(root, "w-library", n, persistent=False)
-        load("spark_write_durable")
-        t = time.perf_counter()
-        rows.write.format("dropboxmq").option("root", str(root)).option("durable", "true").mode("append").save("wd")
-        figures["spark_write_durable"] = n / (time.perf_counter() - t)
+        write = _write_figures(spark, root, rows, n)
+        for key in ("spark_write", "library_send", "spark_write_durable", "library_send_durable"):
+            figures[key] = write[key]["rate"]
+            loads[key] = write[key]["load"][0]
 
         # browse: every body of the queue, against binaryFile on the same files
         target = str(root / "w" / "incoming" / "target")
@@ -242,8 +301,8 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         _library_send(root, "drain-twin-batched", n, persistent=True)
         ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
         load("spark_drain")
-        jvm = spark.sparkContext._gateway.proc.pid
-        cpu = tree_cpu(jvm) + time.process_time()
+        pids = _spark_pids(spark)
+        cpu = _cpu_seconds(pids) + time.process_time()
         t = time.perf_counter()
         source = spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ckpt)
         if per_trigger:
@@ -252,20 +311,20 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         q.awaitTermination()
         wall = time.perf_counter() - t
-        drain = drain_breakdown(q, wall, tree_cpu(jvm) + time.process_time() - cpu)
+        drain = drain_breakdown(q, wall, _cpu_seconds(pids) + time.process_time() - cpu)
         figures["spark_drain"] = n / wall
         load("library_receive")
-        receive_wall, receive_cpu = library_receive(root, "drain-twin", n)
+        from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
+
+        receive_wall, receive_cpu = library_receive_batched(root, "drain-twin-batched", n,
+                                                            per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
         figures["library_receive"] = n / receive_wall
         drain["library_cpu_s"] = round(receive_cpu, 2)
         drain["cpu_ratio"] = round(receive_cpu / drain["spark_cpu_s"], 2)
-        load("library_receive_batched")
-        from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
-
-        batched_wall, batched_cpu = library_receive_batched(root, "drain-twin-batched", n,
-                                                            per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
-        figures["library_receive_batched"] = n / batched_wall
-        drain["library_batched_cpu_s"] = round(batched_cpu, 2)
+        load("library_receive_auto")
+        auto_wall, auto_cpu = library_receive(root, "drain-twin", n)
+        figures["library_receive_auto"] = n / auto_wall
+        drain["library_auto_cpu_s"] = round(auto_cpu, 2)
         assert spark.read.parquet(sink).select("message_id").distinct().count() == n
         for queue in ("drain", "drain-twin", "drain-twin-batched"):
             box = root / queue / "incoming"
@@ -277,12 +336,13 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         "drain": figures["spark_drain"] / figures["library_receive"],
         "write": figures["spark_write"] / figures["library_send"],
     }
-    drain["drain_vs_batched_ack"] = round(figures["spark_drain"] / figures["library_receive_batched"], 2)
+    drain["drain_vs_auto_ack"] = round(figures["spark_drain"] / figures["library_receive_auto"], 2)
     return {"messages": n, "max_messages_per_trigger": per_trigger or DEFAULT_MESSAGES_PER_TRIGGER,
             "rates": {k: round(v) for k, v in figures.items()},
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
             "goals_met": {k: ratios[k] >= GOALS[k] for k in GOALS},
             "load_average_at_start": loads, "drain_breakdown": drain,
+            "write": write,
             "seconds_for_100_messages": small}
 
 
@@ -290,7 +350,7 @@ def _report(result: dict[str, Any]) -> str:
     r, q = result["rates"], result["ratios"]
     lines = [f"{result['messages']:,} messages ({BODY_BYTES} B), local[2]:"]
     for key, spark_key, other_key, other in (("browse", "spark_browse", "binary_file", "binaryFile"),
-                                             ("drain", "spark_drain", "library_receive", "library receive"),
+                                             ("drain", "spark_drain", "library_receive", "library receive (ack per batch)"),
                                              ("write", "spark_write", "library_send", "library send")):
         verdict = "hit " if result["goals_met"][key] else "MISS"
         la = result["load_average_at_start"]
@@ -301,10 +361,15 @@ def _report(result: dict[str, Any]) -> str:
                  f"phases (s) " + ", ".join(f"{k} {v}" for k, v in d["phases_s"].items() if k != "triggerExecution")
                  + f"; outside the batches {d['outside_batches_s']} s; CPU Spark {d['spark_cpu_s']} s "
                  f"vs library {d['library_cpu_s']} s = {d['cpu_ratio']:.2f}x")
-    lines.append(f"  drain vs a receive acking (fsync) once per {result['max_messages_per_trigger']:,} "
-                 f"(CLIENT_ACKNOWLEDGE) {r['library_receive_batched']:,} msg/s = {d['drain_vs_batched_ack']:.2f}x "
-                 f"(no goal; CPU {d['library_batched_cpu_s']} s)  load {result['load_average_at_start']['library_receive_batched']}")
-    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s")
+    lines.append(f"  drain vs a default receive loop (AUTO_ACKNOWLEDGE: an fsync a message) "
+                 f"{r['library_receive_auto']:,} msg/s = {d['drain_vs_auto_ack']:.2f}x "
+                 f"(no goal; CPU {d['library_auto_cpu_s']} s)  load {result['load_average_at_start']['library_receive_auto']}")
+    w = result["write"]
+    lines.append(f"  write rounds (library s / Spark s, alternating order): {w['round_ratios']}; CPU a message "
+                 f"{w['spark_write']['cpu_per_message_us']} us Spark (JVM + Python) vs "
+                 f"{w['library_send']['cpu_per_message_us']} us library = {w['cpu_ratio']:.2f}x")
+    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s vs library persistent send_many "
+                 f"{r['library_send_durable']:,} msg/s = {r['spark_write_durable'] / r['library_send_durable']:.2f}x")
     lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
                  ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
     return "\n".join(lines)
