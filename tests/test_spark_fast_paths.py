@@ -299,36 +299,6 @@ def test_reads_are_split_into_few_large_tasks(tmp_path, count, tasks):
         reader.stop()
 
 
-def test_claimed_names_are_read_through_a_per_tail_cache_that_agrees_with_the_full_decode():
-    """A stream task reads the names its driver claimed (all of one batch mostly share their
-    tail): codec.claimed_reading reads a tail once and gives what from_wire(claimed=True) gives;
-    names it cannot cache (expiration, delivery time, foreign) are left to the full decode."""
-    from dropboxmq import codec, ids
-    from dropboxmq.values import Property
-
-    import dropboxmq_spark as ds
-
-    def claimed(count: int = 1, **kw) -> str:
-        msg = TextMessage(body="x", message_id=ids.new_message_id(), timestamp=1_800_000_000_000, **kw)
-        return codec.with_delivery_count(codec.to_wire(msg), count)
-
-    names = [claimed(), claimed(3), claimed(priority=7, correlation_id="c.1", jms_type="t"),
-             claimed(delivery_mode=DeliveryMode.NON_PERSISTENT, reply_to=Queue("back")),
-             claimed(properties={"n": Property("I", 5), "s": Property("S", "a b"), "f": Property("D", 0.5)})]
-    for name in names:
-        fast = ds._claimed_reading(name)
-        assert fast is not None and type(fast) is type(codec.from_wire(name, claimed=True)), name
-        assert vars(fast) == vars(codec.from_wire(name, claimed=True)), name
-    assert ds._claimed_reading(claimed(expiration=1_800_000_001_000)) is None
-    assert ds._claimed_reading(claimed(delivery_time=1_800_000_001_000)) is None
-    assert ds._claimed_reading("not a dropboxmq name") is None
-    assert ds._claimed_reading("+4.1-2.T") is None
-    ds._claimed_tail.cache_clear()
-    for _ in range(3):
-        ds._claimed_reading(claimed(priority=2))
-    assert ds._claimed_tail.cache_info().misses == 1  # three names, one tail decoded
-
-
 def _varied_write_batch(n: int = 24):
     """Record batches of every header column a written row may carry, repeating and varying."""
     from pyspark.sql.types import VariantVal

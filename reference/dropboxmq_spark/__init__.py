@@ -90,7 +90,6 @@ import itertools
 import json
 import math
 import os
-import re
 import time
 import uuid
 from pathlib import Path
@@ -252,46 +251,7 @@ def _header(state: State, name: str, now: int, box: Dropbox | None = None) -> Me
         return from_wire(name, now)  # the delivery count the next claim gives it
     if box is not None and (aliased := claims.original_name(box, name)) is not None:
         original = aliased  # claimed under an alias (claims.py): the register names the message
-    return _claimed_reading(original) or from_wire(original, now, claimed=True)  # the current count
-
-
-#: A name's head: a digit priority and a 1.2-style id (codec's grammar); the tail is the rest.
-_DIGITS = frozenset("0123456789")
-_ID12 = re.compile(r"([0-9]{1,30})-[0-9]{1,30}")
-_STAND_IN_HEAD = "4.0-0."
-
-
-@functools.lru_cache(maxsize=1024)
-def _claimed_tail(tail: str) -> tuple[type[Message], dict[str, Any], dict[str, Property]] | None:
-    """What every claimed name ending in ``tail`` reads as, less priority, id and timestamp;
-    None when an expiration or a delivery time (different for each message) or an unreadable
-    tail make caching it pointless."""
-    msg = from_wire(_STAND_IN_HEAD + tail, 0, claimed=True)
-    if msg.expiration or msg.delivery_time or msg.message_id != "ID:0-0":
-        return None
-    fields = dict(vars(msg))
-    properties = fields.pop("properties")
-    for varying in ("message_id", "timestamp", "priority"):
-        del fields[varying]
-    return type(msg), fields, properties
-
-
-def _claimed_reading(name: str) -> Message | None:
-    """``from_wire(name, claimed=True)`` of a claimed name from a per-tail cache (the names of
-    one batch mostly share their tail, as the consumer's ``codec.first_delivery`` relies on);
-    None for a name to decode in full.  It halves a stream task's CPU for headers."""
-    parts = name.split(".", 2)
-    if len(parts) != 3 or len(parts[0]) != 1 or parts[0] not in _DIGITS:
-        return None
-    m = _ID12.fullmatch(parts[1])
-    t = _claimed_tail(parts[2]) if m is not None else None
-    if m is None or t is None:
-        return None
-    cls, fields, properties = t
-    msg = cls.__new__(cls)
-    msg.__dict__.update(fields, message_id="ID:" + parts[1], timestamp=int(m.group(1)) // 1000,
-                        priority=int(parts[0]), properties=properties.copy())
-    return msg
+    return from_wire(original, now, claimed=True)  # the current count (codec reads each tail once)
 
 
 #: Columns of SCHEMA holding a time: _values gives milliseconds, a row a datetime, Arrow microseconds.

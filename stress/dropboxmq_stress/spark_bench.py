@@ -101,7 +101,7 @@ def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
         return time.perf_counter() - t
 
 
-def _cpu_seconds(pids: set[int] | None = None) -> float:
+def cpu_seconds(pids: set[int] | None = None) -> float:
     """CPU seconds (user + system, with the children waited for) of the processes ``pids``
     and all their descendants; None: this process alone."""
     if pids is None:
@@ -229,10 +229,10 @@ def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
     def timed(key: str, action: Any, cpu_of: set[int] | None) -> None:
         side = sides.setdefault(key, {"seconds": [], "cpu_seconds": [], "load": []})
         side["load"].append(round(os.getloadavg()[0], 1))
-        c, t = _cpu_seconds(cpu_of), time.perf_counter()
+        c, t = cpu_seconds(cpu_of), time.perf_counter()
         seconds = action()  # the library's send times its loop alone (not its connection's set-up)
         side["seconds"].append(round(time.perf_counter() - t if seconds is None else seconds, 3))
-        side["cpu_seconds"].append(round(_cpu_seconds(cpu_of) - c, 2))
+        side["cpu_seconds"].append(round(cpu_seconds(cpu_of) - c, 2))
 
     for r in range(WRITE_ROUNDS):
         spark_q, library_q = ("w", "w-library") if r == 0 else (f"w{r}", f"w-library{r}")
@@ -302,7 +302,7 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
         load("spark_drain")
         pids = _spark_pids(spark)
-        cpu = _cpu_seconds(pids) + time.process_time()
+        cpu = cpu_seconds(pids) + time.process_time()
         t = time.perf_counter()
         source = spark.readStream.format("dropboxmq").option("root", str(root)).option("checkpointLocation", ckpt)
         if per_trigger:
@@ -311,7 +311,7 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         q.awaitTermination()
         wall = time.perf_counter() - t
-        drain = drain_breakdown(q, wall, _cpu_seconds(pids) + time.process_time() - cpu)
+        drain = drain_breakdown(q, wall, cpu_seconds(pids) + time.process_time() - cpu)
         figures["spark_drain"] = n / wall
         load("library_receive")
         from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER

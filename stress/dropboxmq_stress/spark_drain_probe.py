@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER, DropboxMQDataSource, DropboxMQStreamReader
-from dropboxmq_stress.spark_bench import BODY_BYTES, library_receive_batched, tree_cpu
+from dropboxmq_stress.spark_bench import BODY_BYTES, cpu_seconds, library_receive_batched
 
 _LOG_OPTION = "probeLog"
 
@@ -150,13 +150,13 @@ def run_once(spark: Any, n: int, per_trigger: int, tmp: str) -> dict[str, Any]:
     sink = str(Path(tmp) / "sink")
     jvm = spark.sparkContext._gateway.proc.pid
     load = os.getloadavg()[0]
-    cpu0, mine0 = tree_cpu(jvm), time.process_time()
+    cpu0, mine0 = cpu_seconds({jvm}), time.process_time()
     t, t_epoch = time.perf_counter(), time.time()
     q = _drain(spark, root, tmp, n, per_trigger, log)
     started = time.perf_counter() - t
     q.awaitTermination()
     wall = time.perf_counter() - t
-    spark_cpu = tree_cpu(jvm) - cpu0 + time.process_time() - mine0
+    spark_cpu = cpu_seconds({jvm}) - cpu0 + time.process_time() - mine0
     progress = [{"batch": p.batchId, "rows": p.numInputRows, "at": p.timestamp, **p.durationMs}
                 for p in q.recentProgress]
     calls = [json.loads(line) for line in Path(log).read_text().splitlines()]
