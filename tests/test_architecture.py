@@ -165,3 +165,28 @@ def test_the_closure_follows_top_level_imports_only(tmp_path):
     consumer = copy / "consumer.py"
     consumer.write_text(consumer.read_text() + "\nfrom . import selector  # noqa\n")
     assert "selector" in closure(copy, QUEUE_PATH)
+
+
+def test_a_plain_queue_send_and_receive_never_imports_the_selector_parser(tmp_path):
+    """Off the path means not run, not only not imported at top level: a consume without a
+    selector must not load selector.py (1,500 lines: ~30 ms at the first receive of every
+    process; topics.py, which the connection's housekeeping imports, once pulled it in for an
+    exception class)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from pathlib import Path
+from dropboxmq.connection import Connection
+from dropboxmq.message import Queue, TextMessage
+
+with Connection(Path({str(tmp_path / 'root')!r}), create=True) as c:
+    q = c.create_queue("q")
+    s = c.create_session()
+    s.create_producer(q).send(TextMessage("x"))
+    assert s.create_consumer(Queue("q")).receive(0).text == "x"
+print(sorted(m for m in sys.modules if m in ("dropboxmq.selector", "dropboxmq.bodies")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import codec, layout
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
-from .selector import InvalidSelectorError
 from .message import Message, Topic, name_bytes
 from .dirs import ensure_dir, ensure_dropbox
 from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_regular_file
@@ -388,7 +387,7 @@ def _has_pending_work(conn: "Connection", box: Dropbox) -> bool:
 
 def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client: str | None) -> list[Dropbox]:
     """The subscriptions that get a copy of ``header`` published on ``topic``."""
-    from .selector import selector_for
+    from .selector import InvalidSelectorError, selector_for
 
     boxes = []
     for t in ancestors(topic):
