@@ -49,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +212,7 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
 
 
 def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -> None:
-    group = f"bench-write-{queue}"
+    group = f"bench-write-{queue}-{uuid.uuid4().hex[:8]}"  # queue names repeat from one size to the next
     spark.sparkContext.setJobGroup(group, group)
     (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
      .mode("append").save(queue))
