@@ -130,40 +130,25 @@ def _spark_pids(spark: Any) -> set[int]:
     return {spark.sparkContext._gateway.proc.pid}
 
 
-def library_receive(root: Path, queue: str, n: int) -> tuple[float, float]:
-    """(seconds, CPU seconds) for one library consumer to receive n messages as a user's loop
-    does: the default session (AUTO_ACKNOWLEDGE), ``receive(0)`` until nothing is left."""
-    from dropboxmq.message import Queue
-    from dropboxmq.connection import Connection
-
-    with Connection(root, "bench-receive") as conn:
-        consumer = conn.create_session().create_consumer(Queue(queue))
-        got = 0
-        t, cpu = time.perf_counter(), time.process_time()
-        while consumer.receive(0) is not None:
-            got += 1
-        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-        consumer.close()
-    assert got == n, (got, n)
-    return seconds, cpu
-
-
-def library_receive_batched(root: Path, queue: str, n: int, batch: int) -> tuple[float, float]:
-    """library_receive with CLIENT_ACKNOWLEDGE and one (durable) acknowledge() per ``batch``."""
-    from dropboxmq.ackmode import CLIENT_ACKNOWLEDGE
+def library_receive(root: Path, queue: str, n: int, ack_every: int | None = None) -> tuple[float, float]:
+    """(seconds, CPU seconds) for one library consumer to receive n messages, ``receive(0)`` until
+    nothing is left: in the default session (AUTO_ACKNOWLEDGE) as a user's loop does, or with
+    ``ack_every`` in CLIENT_ACKNOWLEDGE, one (durable) acknowledge() per ``ack_every`` messages."""
+    from dropboxmq.ackmode import AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE
     from dropboxmq.connection import Connection
     from dropboxmq.message import Queue
 
     with Connection(root, "bench-receive") as conn:
-        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        session = conn.create_session(ack_mode=AUTO_ACKNOWLEDGE if ack_every is None else CLIENT_ACKNOWLEDGE)
         consumer = session.create_consumer(Queue(queue))
         got = 0
         t, cpu = time.perf_counter(), time.process_time()
         while consumer.receive(0) is not None:
             got += 1
-            if got % batch == 0:
+            if ack_every is not None and got % ack_every == 0:
                 session.acknowledge()
-        session.acknowledge()
+        if ack_every is not None:
+            session.acknowledge()
         seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         consumer.close()
     assert got == n, (got, n)
@@ -317,8 +302,8 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         load("library_receive")
         from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
 
-        receive_wall, receive_cpu = library_receive_batched(root, "drain-twin-batched", n,
-                                                            per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
+        receive_wall, receive_cpu = library_receive(root, "drain-twin-batched", n,
+                                                    per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
         figures["library_receive"] = n / receive_wall
         drain["library_cpu_s"] = round(receive_cpu, 2)
         drain["cpu_ratio"] = round(receive_cpu / drain["spark_cpu_s"], 2)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER, DropboxMQDataSource, DropboxMQStreamReader
-from dropboxmq_stress.spark_bench import BODY_BYTES, cpu_seconds, library_receive_batched
+from dropboxmq_stress.spark_bench import BODY_BYTES, cpu_seconds, library_receive
 
 _LOG_OPTION = "probeLog"
 
@@ -164,7 +164,7 @@ def run_once(spark: Any, n: int, per_trigger: int, tmp: str) -> dict[str, Any]:
                  c.get("age")) for c in calls]
     load_lib = os.getloadavg()[0]
     # the receive that fsyncs its ACKs as often as the drain (spark_bench: drain_vs_batched_ack)
-    lib_wall, lib_cpu = library_receive_batched(root, "drain-twin", n, per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
+    lib_wall, lib_cpu = library_receive(root, "drain-twin", n, per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
     stages = _stages(spark, t_epoch)
     assert spark.read.parquet(sink).count() == n
     sums: dict[str, list[float]] = {}
