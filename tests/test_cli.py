@@ -368,7 +368,7 @@ def test_recover_stamps_the_count_on_a_foreign_claim(tmp_path: Path, before: str
     report = json.loads(ok(root, "recover", "--json", "--assume-unknown-dead").stdout)
     assert report["redelivered"] == 1
     [back] = os.listdir(box / "target")
-    msg = codec.decode_name(back)
+    msg = codec.from_wire(back)
     assert (msg.redelivered, msg.delivery_count) == (True, after + 1)
 
 
@@ -385,7 +385,7 @@ def test_recover_keeps_the_count_our_claim_stamped(tmp_path: Path) -> None:
     report = json.loads(ok(root, "recover", "--json").stdout)
     assert report["redelivered"] == 1
     [back] = os.listdir(box / "target")
-    assert codec.decode_name(back).delivery_count == 2
+    assert codec.from_wire(back).delivery_count == 2
 
 
 def test_recover_quarantines_orphans(tmp_path: Path) -> None:

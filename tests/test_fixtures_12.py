@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq.codec import (
-    decode_name,
+    from_wire,
     decode_properties,
     encode_name,
     sort_key,
@@ -83,7 +83,7 @@ def test_fixtures_cover_what_they_claim():
 
 @pytest.mark.parametrize("rec", PRODUCED, ids=lambda r: r["id"])
 def test_decode_produced_name(rec):
-    msg = decode_name(rec["filename"])
+    msg = from_wire(rec["filename"])
     assert type(msg) is MESSAGE_CLASSES[rec["class"]]
     assert msg.message_id == rec["id"]
     assert msg.timestamp == int(rec["id"][3:].split("-")[0]) // 1000
@@ -113,13 +113,13 @@ def test_encode_recorded_message_gives_1_2_name(rec):
         properties=java_props(rec),
     )
     assert encode_name(msg) == rec["filename"]
-    assert encode_name(decode_name(rec["filename"])) == rec["filename"]
+    assert encode_name(from_wire(rec["filename"])) == rec["filename"]
 
 
 @pytest.mark.parametrize("rec", PRODUCED, ids=lambda r: r["id"])
 def test_file_bodies(rec):
     body = bytes.fromhex(rec["file_body_hex"])
-    msg = decode_name(rec["filename"])
+    msg = from_wire(rec["filename"])
     msg.body = body
     if rec["class"] == "T":
         assert isinstance(msg, TextMessage) and msg.text == rec["body"]
@@ -139,7 +139,7 @@ def test_decode_processed_name(rec):
     assert list(stored).index(DC) not in (0, len(stored) - 1)
 
     # as a claimed name: exactly what 1.2's consumer reported
-    msg = decode_name(original, claimed=True)
+    msg = from_wire(original, claimed=True)
     assert msg.message_id == rec["id"]
     assert msg.delivery_count == 1
     assert msg.redelivered is rec["redelivered"] is False
@@ -150,13 +150,13 @@ def test_decode_processed_name(rec):
         rec["priority"], rec["correlation"], rec["type"], rec["expiration"])
 
     # back in target/ (recover, orphan reclaim) the same name is a redelivery
-    again = decode_name(original)
+    again = from_wire(original)
     assert (again.delivery_count, again.redelivered) == (2, True)
     assert again.properties[DC] == Property("I", 2)
     assert encode_name(again) == original  # byte-for-byte, count in place
 
     # the claim only added the count: same message as the produced name
-    first = decode_name(produced["filename"])
+    first = from_wire(produced["filename"])
     assert first.properties == msg.properties  # reading target/ gives the consumer's view
     claimed_by_us = with_delivery_count(produced["filename"], 1)
     assert set(claimed_by_us.split(".")[7].split("&")) == set(original.split(".")[7].split("&"))
@@ -167,16 +167,16 @@ def test_sort_key_gives_1_2_receive_order():
     expected = [r["id"] for r in CONSUMED]
     names = [r["filename"] for r in PRODUCED]
     for order in (names, names[::-1], sorted(names)):
-        got = [decode_name(n).message_id for n in sorted(order, key=sort_key)]
+        got = [from_wire(n).message_id for n in sorted(order, key=sort_key)]
         assert got == expected
     processed = [split_processing_name(r["processed_filename"])[1] for r in CONSUMED]
-    got = [decode_name(n).message_id for n in sorted(processed[::-1], key=sort_key)]
+    got = [from_wire(n).message_id for n in sorted(processed[::-1], key=sort_key)]
     assert got == expected
 
 
 def test_float_and_double_values_are_exact():
     for rec in PRODUCED:
-        props = decode_name(rec["filename"]).properties
+        props = from_wire(rec["filename"]).properties
         f, d = props["fprop"].value, props["dprop"].value
         assert f == float(rec["props"]["fprop"][1]) and not math.isnan(f)
         assert d == float(rec["props"]["dprop"][1])

@@ -44,7 +44,7 @@ def agree(name: str) -> None:
     """Every reading the judge makes of ``name`` is the reference codec's."""
     owner, original = grammar.split_claimed(name)
     assert (owner, original) == codec.split_processing_name(name)
-    ref = codec.decode_name(original, now_ms=0)
+    ref = codec.from_wire(original, now=0)
     parsed = grammar.parse(original)
     assert (parsed is None) == (codec.split_name(original) is None), original
     assert grammar.message_id(name) == ref.message_id
@@ -129,4 +129,4 @@ def test_order_is_the_reference_order(batch):
 def test_ids_the_judge_makes_sort_in_the_order_it_makes_them():
     made = [grammar.format_name(7, grammar.new_message_id()) for _ in range(3000)]  # > 1000 per ms
     assert sorted(made, key=codec.sort_key) == made
-    assert all(codec.decode_name(n).priority == 7 and grammar.has_ordered_id(n) for n in made)
+    assert all(codec.from_wire(n).priority == 7 and grammar.has_ordered_id(n) for n in made)

@@ -461,7 +461,7 @@ def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     """Claims left by a stopped run: a batch the checkpoint shows committed is acknowledged, a
     logged batch not committed stays claimed and is replayed marked redelivered, a claim no
     logged batch names goes back redelivered."""
-    from dropboxmq.codec import decode_name
+    from dropboxmq.codec import from_wire
     from dropboxmq_spark import DropboxMQStreamReader
 
     root, ck = tmp_path / "root", tmp_path / "ck"
@@ -484,7 +484,7 @@ def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     assert again.initialOffset()["seq"] == 1
     assert len(ls(root, "in", "processed")) == 3  # batch 0: the sink has it
     back = ls(root, "in", "target")
-    assert len(back) == 3 and all(decode_name(n).redelivered for n in back)  # never logged
+    assert len(back) == 3 and all(from_wire(n).redelivered for n in back)  # never logged
     assert len(ls(root, "in", "processing")) == 3  # batch 1: Spark replays it
     rows = [r for p in again.partitions(offsets[1], offsets[2]) for r in again.read(p)]
     assert len(rows) == 3 and all(r[13] for r in rows)  # redelivered

@@ -66,7 +66,7 @@ def stamped_fallback(recs: list[dict] | None = None) -> list[dict]:
             return path
         head, name = path.rsplit("/", 1)
         client, orig = codec.split_processing_name(name)
-        if codec.decode_name(orig).message_id != codec.decode_name(leaf).message_id:
+        if codec.from_wire(orig).message_id != codec.from_wire(leaf).message_id:
             return path
         stamped = codec.with_delivery_count(orig, 2 if "/processed/" in path else 1)
         return f"{head}/{client}~{stamped}" if client else f"{head}/{stamped}"

@@ -1,33 +1,17 @@
-"""The codec: DropboxMQ 1.2's file-name grammar, pure (no file-system access).
+"""The codec: DropboxMQ 1.2's file-name grammar (spec/PROTOCOL.md section 2, N-1..N-9), pure.
 
-A message's headers and properties are its file name (spec/PROTOCOL.md N-1 .. N-9)::
+A name is parsed in one place, :func:`split_name` (priority, id, *tail*).  One producer's names
+differ in priority and id only, so a tail is read and stamped with a delivery count once
+(:func:`_read_tail`, :func:`_stamped_tail`), not once a message.
 
-    priority.messageId.class[.expiration[.correlationId[.replyTo[.JMSType[.properties]]]]]
-
-e.g. ``4.1140429201295000-9262574723.T.1140429211295.corr1283.TestQueue1.XYZType.prop1S=hello``
-(seed 000).  A name is parsed in one place, :func:`split_name`: (priority, id, *tail*), the tail
-being the fields after the id.  One producer's names differ in priority and id only, so a tail is
-read (:func:`_read_tail`) and stamped with a delivery count (:func:`_stamped_tail`) once, not once
-a message.  Values are written as 1.2 writes them (Java's ``Double.toString``/``Float.toString``
-with the shortest round-trip digits, :mod:`~dropboxmq.javanum`) and read in Java's whole syntax;
-an unknown type letter, or a typed value that does not parse, reads as a String.
-
-Decisions marked [ours]:
-
-* A missing or unknown class letter reads as BytesMessage (1.2's documentation; its code reads
-  Text: pass ``default_class="T"``): only Bytes carries any foreign file's content unchanged.
-* Reply-to: the first character is the kind (``Q`` queue, ``T`` topic), as 1.2's code reads it,
-  so the seed's ``TestQueue1`` is the topic ``estQueue1``; any other first character: a queue of
-  the whole text; a name that is no valid destination: no reply-to.
-* An unparseable name (N-8) never raises: JMSMessageID ``"ID:" + name``, timestamp now,
-  priority 4, the default class.  A bad expiration reads as 0, a malformed property pair is skipped.
-* Names over 255 bytes are an error to the sender (:class:`NameTooLongError`).
-* Delivery count (N-7): our claim stamps the *current* count into the name
-  (:func:`with_delivery_count`); 1.2's ack appends it (both correct: ``trace_rules.COUNT_RULES``).
-  Read from ``target/``, a stored ``n`` means delivery ``n + 1`` (redelivered); read from a claim
-  (``claimed=True``) it is delivery ``n`` (redelivered when ``n > 1``), as 1.2's consumer reported
-  for the fixtures.  The decoded message carries ``JMSXDeliveryCount`` (in the pair's position,
-  else last) and :func:`encode_name` writes ``delivery_count - 1``, so ``encode(decode(n)) == n``.
+[ours] A missing or unknown class letter reads as Bytes (1.2's documentation; its code reads Text):
+only Bytes carries a foreign file unchanged.  Reply-to is ``Q``/``T`` + name as 1.2's code reads it
+(the seed's ``TestQueue1`` is the topic ``estQueue1``), else a queue of the whole text, else none.
+A bad expiration reads as 0, a malformed property pair is skipped, an unknown type letter or a
+value that does not parse reads as a String.  Delivery count (N-7): read from target/, a stored
+``n`` is delivery ``n + 1``; read from a claim (``claimed``), delivery ``n``, as 1.2's consumer
+reported for the fixtures.  Our claim stamps the current count, 1.2's ack appends it (both
+correct: ``trace_rules.COUNT_RULES``).
 """
 
 from __future__ import annotations
@@ -43,15 +27,13 @@ from .message import CLASS_LETTERS, DEFAULT_PRIORITY, DeliveryMode, Message, Que
 from .values import INT_BITS, Property, coerce
 
 __all__ = [
-    "DEFAULT_CLASS_LETTER", "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP",
-    "ALIAS_MARK", "TEMP_PREFIX", "now_ms", "encode_field", "decode_field", "encode_properties",
-    "decode_properties", "split_name", "decode_name", "from_wire", "claim_reading", "encode_name", "to_wire",
+    "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
+    "now_ms", "encode_field", "decode_field", "encode_properties", "decode_properties", "split_name",
+    "from_wire", "claim_reading", "encode_name", "to_wire",
     "with_delivery_count", "without_delivery_count", "name_delivery_count", "processing_name",
     "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key", "key_priority",
 ]
 
-#: [ours] class of a message whose name has no (or an unknown) class letter.
-DEFAULT_CLASS_LETTER = "B"
 #: The JMS-defined delivery count property, stored by 1.2 as ``JMSXDeliveryCountI=<n>``.
 DELIVERY_COUNT = "JMSXDeliveryCount"
 #: The longest file name (bytes of UTF-8) on the file systems we support (N-3).
@@ -188,29 +170,35 @@ _ID12_RE = re.compile(r"([0-9]{1,30})-[0-9]{1,30}")  # N-5: <epochMillis><3-digi
 _LONG_RE = re.compile(r"[+-]?[0-9]{1,25}")
 
 
-def split_name(name: str) -> tuple[int, str, str] | None:
-    """(priority, id field, tail) of a parseable name (N-1: 3 to 8 fields, a Java int priority,
-    an id), else None.  The tail is the fields after the id, without its leading ``.``."""
-    parts = name.split(".", 2)
-    if len(parts) != 3 or not parts[1] or parts[2].count(".") > 5:
+def split_name(name: str) -> tuple[int, str, str, int | None] | None:
+    """(priority, id (unescaped), tail, the numeric prefix of an N-5 id else None) of a parseable
+    name (N-1: 3 to 8 fields, a Java int priority, an id), else None.  The tail is the fields after
+    the id, without its leading ``.``."""
+    try:
+        prio_text, mid, tail = name.split(".", 2)
+    except ValueError:
         return None
-    prio_text, mid, tail = parts
     prio = _DIGIT_PRIORITY.get(prio_text)
     if prio is None:
         if _PRIO_RE.fullmatch(prio_text) is None or not _INT_MIN <= int(prio_text) <= _INT_MAX:
             return None
         prio = int(prio_text)
-    return prio, mid, tail
+    if not mid or tail.count(".") > 5:
+        return None
+    m = _ID12_RE.fullmatch(mid)  # (an N-5 id has nothing to unescape)
+    if m is None:
+        m = _ID12_RE.fullmatch(mid := decode_field(mid))
+    return prio, mid, tail, None if m is None else int(m[1])
 
 
-def _class_for(letter: str, default_class: str) -> type[Message]:
-    if letter == "T" or letter not in CLASS_LETTERS and default_class == "T":
+def _class_for(letter: str) -> type[Message]:
+    if letter == "T":
         return TextMessage
     if letter == "M":
         return Message
     from .bodies import message_for_letter  # (non-text bodies)
 
-    return message_for_letter(letter if letter in CLASS_LETTERS else default_class)
+    return message_for_letter(letter if letter in CLASS_LETTERS else "B")  # [ours] see the module's docstring
 
 
 def _reply_to(text: str) -> Queue | Topic | None:
@@ -221,89 +209,69 @@ def _reply_to(text: str) -> Queue | Topic | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _read_tail(tail: str, default_class: str, wire: bool, claimed: bool) -> tuple[type[Message], dict[str, Any], int,
-                                                                               str]:
+def _read_tail(tail: str, claimed: bool) -> tuple[type[Message], dict[str, Any], int, str]:
     """(class, headers, stored delivery count, tail stamped with the delivery count) of every name
-    ending in ``tail``, read once a tail: a consume decodes a name in 3 µs, not 8.  The headers hold
-    every field but the id, timestamp and priority; ``wire``: the provider properties read as the
-    headers they carry (:func:`from_wire`).  Shared: callers copy them, never change them."""
+    ending in ``tail``: one producer's names differ in priority and id only, so a tail is read
+    once.  The headers hold every field but the id, timestamp and priority, the provider properties
+    read as the headers they carry.  Shared: callers copy them, never change them."""
     letter, raw_exp, raw_corr, raw_reply, raw_type, raw_props = (tail.split(".") + [""] * 5)[:6]
-    cls = _class_for(letter, default_class)
+    cls = _class_for(letter)
     props = decode_properties(raw_props)
     stored = props.get(DELIVERY_COUNT)
     n = stored.value if stored is not None and stored.letter in INT_BITS and 0 < stored.value < _INT_MAX else 0
     exp = int(raw_exp) if raw_exp and _LONG_RE.fullmatch(raw_exp) else 0
     count = max(n, 1) if claimed else n + 1
     props[DELIVERY_COUNT] = Property("I", count)
-    headers = vars(cls(
+    headers = dict(vars(cls(
         expiration=exp if _LONG_MIN <= exp <= _LONG_MAX else 0,
         correlation_id=decode_field(raw_corr) or None,
         reply_to=_reply_to(decode_field(raw_reply)) if raw_reply else None,
         jms_type=decode_field(raw_type) or None,
         properties=props, delivery_count=count, redelivered=count > 1,
-    ))
-    if wire:
-        dt, dm = props.pop(DELIVERY_TIME_PROP, None), props.pop(DELIVERY_MODE_PROP, None)
-        if dt is not None and isinstance(dt.value, int):
-            headers["delivery_time"] = dt.value
-        if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
-            headers["delivery_mode"] = DeliveryMode.NON_PERSISTENT
+    )))
+    dt, dm = props.pop(DELIVERY_TIME_PROP, None), props.pop(DELIVERY_MODE_PROP, None)
+    if dt is not None and isinstance(dt.value, int):
+        headers["delivery_time"] = dt.value
+    if dm is not None and dm.value == int(DeliveryMode.NON_PERSISTENT):
+        headers["delivery_mode"] = DeliveryMode.NON_PERSISTENT
     return cls, headers, n, _stamped_tail(tail, count)
 
 
-def _unparseable(name: str, now: int | None, default_class: str) -> Message:
-    msg = _class_for("", default_class)(message_id="ID:" + name, timestamp=now_ms() if now is None else now)
+def _unparseable(name: str, now: int | None) -> Message:
+    msg = _class_for("")(message_id="ID:" + name, timestamp=now_ms() if now is None else now)
     msg.properties[DELIVERY_COUNT] = Property("I", 1)
     return msg
 
 
-def _decode(name: str, now: int | None, default_class: str, claimed: bool, wire: bool) -> tuple[Message, str]:
-    """The message and ``with_delivery_count(name, its delivery count)``, from one parse."""
-    parsed = split_name(name)
-    if parsed is None:
-        return _unparseable(name, now, default_class), name
-    prio, mid, tail = parsed
-    cls, headers, _, stamped = _read_tail(tail, default_class, wire, claimed)
-    stamped = name[:len(name) - len(tail)] + stamped
-    mid = decode_field(mid)
-    m = _ID12_RE.fullmatch(mid)
-    msg = cls.__new__(cls)  # (the cached headers, not __init__'s defaults)
-    fields = msg.__dict__
-    fields.update(headers)
-    fields["properties"] = headers["properties"].copy()
-    fields["message_id"] = "ID:" + mid
-    fields["priority"] = prio
-    fields["timestamp"] = int(m.group(1)) // 1000 if m is not None else now_ms() if now is None else now
-    return msg, name if _name_bytes(stamped) > MAX_NAME_BYTES else stamped
-
-
-def _safe_decode(name: str, now: int | None, default_class: str, claimed: bool, wire: bool) -> tuple[Message, str]:
-    if not isinstance(name, str):
-        raise TypeError(f"file name must be str, not {type(name).__name__}")
+def claim_reading(name: str, now: int | None = None, claimed: bool = False) -> tuple[Message, str]:
+    """The message ``name`` describes (headers and typed properties, empty body) and
+    ``with_delivery_count(name, its delivery count)``, from one parse; never raises for a ``str``
+    (N-8).  ``now``: the timestamp of a name whose id has none (default: the clock).  ``claimed``:
+    a name in processing/ or processed/ (owner prefix removed), whose count is the current one."""
     try:
-        return _decode(name, now, default_class, claimed, wire)
+        parsed = split_name(name)
+        if parsed is None:
+            return _unparseable(name, now), name
+        prio, mid, tail, number = parsed
+        cls, headers, _, stamped = _read_tail(tail, claimed)
+        msg = cls.__new__(cls)  # (the cached headers, not __init__'s defaults)
+        msg.__dict__ = fields = headers.copy()
+        fields["properties"] = headers["properties"].copy()
+        fields["message_id"] = "ID:" + mid
+        fields["priority"] = prio
+        fields["timestamp"] = number // 1000 if number is not None else now_ms() if now is None else now
+        stamped = name[:len(name) - len(tail)] + stamped
+        size = len(stamped) if name.isascii() else _name_bytes(stamped)  # (an ASCII tail stamps as ASCII)
+        return msg, name if size > MAX_NAME_BYTES else stamped
     except Exception:  # defensive: a foreign file must stay consumable
-        return _unparseable(name, now, default_class), with_delivery_count(name, 1)
-
-
-def decode_name(name: str, now_ms: int | None = None, *, default_class: str = DEFAULT_CLASS_LETTER,
-                claimed: bool = False) -> Message:
-    """The message a file name describes (headers and typed properties, empty body); never raises
-    for a ``str`` (see above).  ``now_ms``: the timestamp of a name whose id has none (default:
-    the clock).  ``claimed``: a name in ``processing/`` or ``processed/`` (owner prefix removed),
-    whose delivery count is the current one."""
-    return _safe_decode(name, now_ms, default_class, claimed, False)[0]
+        if not isinstance(name, str):
+            raise TypeError(f"file name must be str, not {type(name).__name__}") from None
+        return _unparseable(name, now), with_delivery_count(name, 1)
 
 
 def from_wire(name: str, now: int | None = None, claimed: bool = False) -> Message:
-    """:func:`decode_name` with the provider properties read as the headers they carry."""
-    return _safe_decode(name, now, DEFAULT_CLASS_LETTER, claimed, True)[0]
-
-
-def claim_reading(name: str, now: int) -> tuple[Message, str]:
-    """``from_wire(name, now)`` and ``with_delivery_count(name, its delivery_count)``, from one
-    parse: what a claim of ``target/<name>`` reads (``decision.decide``)."""
-    return _safe_decode(name, now, DEFAULT_CLASS_LETTER, False, True)
+    """The message of :func:`claim_reading`."""
+    return claim_reading(name, now, claimed)[0]
 
 
 def _check_long(what: str, v: Any, lo: int, hi: int) -> int:
@@ -420,7 +388,7 @@ def name_delivery_count(name: str) -> int:
     """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix allowed); 0 for
     none.  What it means depends on where the name is (N-7, ``trace_rules.COUNT_RULES``)."""
     parsed = split_name(split_processing_name(name)[1])
-    return 0 if parsed is None else _read_tail(parsed[2], DEFAULT_CLASS_LETTER, False, False)[2]
+    return 0 if parsed is None else _read_tail(parsed[2], False)[2]
 
 
 # ---------------------------------------------------------------- claimed and temporary names (N-9)
@@ -479,23 +447,23 @@ def temporary_owner(name: str) -> str | None:
 
 _KEY_ID_BITS = 100  # an id's numeric prefix has at most 30 digits: < 10**30 < 2**100
 _KEY_PRIORITY_SHIFT = _KEY_ID_BITS + 2  # then two bits for the id's kind (1.2, foreign, unparseable)
+
+
 _SORT_RE = re.compile(r"([+-]?[0-9]{1,12})\.([0-9]{1,30})-[0-9]{1,30}\.")  # the usual name's head
 
 
 def sort_key(name: str) -> int:
     """N-6's order as one int a name (what a consumer keeps per listed name): priority descending,
     then N-5 ids by numeric prefix, then foreign ids, then unparseable names (priority 4).  Equal
-    keys are ordered by name by whoever needs one order (``claim.Scanner``, the browser).  Cheap:
-    the usual name is a regex match on its head, no decode."""
-    m = _SORT_RE.match(name)
-    if m is not None and name.count(".") <= 7 and _INT_MIN <= int(m.group(1)) <= _INT_MAX:
-        return ((-int(m.group(1)) - _INT_MIN) << _KEY_PRIORITY_SHIFT) | int(m.group(2))
+    keys are ordered by name by whoever needs one order (``claim.Scanner``, the browser)."""
+    m = _SORT_RE.match(name)  # the usual name: one match, no split_name
+    if m is not None and name.count(".") <= 7 and _INT_MIN <= int(m[1]) <= _INT_MAX:
+        return ((-int(m[1]) - _INT_MIN) << _KEY_PRIORITY_SHIFT) | int(m[2])
     parsed = split_name(name)
-    priority, kind, ident = DEFAULT_PRIORITY, 2, 0
-    if parsed is not None:
-        m = _ID12_RE.fullmatch(decode_field(parsed[1]))
-        priority, kind, ident = parsed[0], 1 if m is None else 0, 0 if m is None else int(m.group(1))
-    return ((-priority - _INT_MIN) << _KEY_PRIORITY_SHIFT) | (kind << _KEY_ID_BITS) | ident
+    if parsed is None:
+        return ((-DEFAULT_PRIORITY - _INT_MIN) << _KEY_PRIORITY_SHIFT) | (2 << _KEY_ID_BITS)
+    number = parsed[3]
+    return ((-parsed[0] - _INT_MIN) << _KEY_PRIORITY_SHIFT) | (number if number is not None else 1 << _KEY_ID_BITS)
 
 
 def key_priority(key: int) -> int:

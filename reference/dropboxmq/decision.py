@@ -55,7 +55,7 @@ def decide(name: str, now: int, settings: ClaimSettings, attempted: int = 0) -> 
     the deliveries made before, when the name cannot carry them (the claim register's count,
     ``claims.py``); the name's own count counts when it is higher."""
     header, claimed = codec.claim_reading(name, now)
-    if attempted >= header.delivery_count:
+    if attempted and attempted >= header.delivery_count:
         header.delivery_count, header.redelivered = attempted + 1, True
         header.properties[codec.DELIVERY_COUNT] = Property("I", attempted + 1)
         claimed = codec.with_delivery_count(name, attempted + 1)

@@ -344,7 +344,7 @@ def consistency(root: str | Path) -> dict:
                     client, original = None, name
                 if codec.split_name(original) is None:
                     report["undecodable"].append(f"{display}/{state_dir}/{name}")
-                mid = codec.decode_name(original, 0).message_id or original
+                mid = codec.from_wire(original, 0).message_id or original
                 if mid in seen and seen[mid] != state_dir:
                     report["in-two-states"].append(f"{display}: {mid} in {seen[mid]}/ and {state_dir}/")
                 seen.setdefault(mid, state_dir)

@@ -135,13 +135,13 @@ def task_name_of(dropbox_name: str) -> str:
     transport writes it as the message's correlation id."""
     if "~" in dropbox_name:
         dropbox_name = codec.split_processing_name(dropbox_name)[1]
-    return codec.decode_name(dropbox_name).correlation_id or "?"
+    return codec.from_wire(dropbox_name).correlation_id or "?"
 
 
 def delivery_count_of(dropbox_name: str) -> int:
     if "~" in dropbox_name:
-        return codec.decode_name(codec.split_processing_name(dropbox_name)[1], claimed=True).delivery_count
-    return codec.decode_name(dropbox_name).delivery_count
+        return codec.from_wire(codec.split_processing_name(dropbox_name)[1], claimed=True).delivery_count
+    return codec.from_wire(dropbox_name).delivery_count
 
 
 class Worker:

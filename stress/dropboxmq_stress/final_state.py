@@ -14,7 +14,7 @@ def value_of(name: str) -> str | None:
 
     try:
         _, original = codec.split_processing_name(name)
-        prop = codec.decode_name(original).properties.get(VALUE_PROP)
+        prop = codec.from_wire(original).properties.get(VALUE_PROP)
     except Exception:  # noqa: BLE001 - foreign names
         return None
     return prop.value if prop is not None and isinstance(prop.value, str) else None
