@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import clients, codec, inventory, layout
+from dropboxmq import clients, codec, inventory, layout, topics
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
@@ -162,7 +162,7 @@ def test_11_distribute_never_holds_a_dropped_file_in_memory(root):
     size = 16 << 20
     with Connection(root, "subscriber", FAST, create=True) as conn:
         conn.create_session().create_durable_consumer(Topic("big"), "s").close()
-    incoming = ensure_dropbox(layout.topic_incoming(root, Topic("big")))
+    incoming = ensure_dropbox(topics.topic_incoming(root, Topic("big")))
     # a small drop first: what distribute imports where first used is loaded outside the trace
     with open(incoming.file(State.NEW, "small.txt"), "wb") as f:
         f.write(b"small")
@@ -187,7 +187,7 @@ def _break_selector(root: Path, topic: str, sub_dir_prefix: str) -> None:
     """Rewrite a subscription's well-formed .subscription with a selector that does not parse."""
     import json
 
-    subs = layout.subscriptions_dir(root, Topic(topic))
+    subs = topics.subscriptions_dir(root, Topic(topic))
     (d,) = [p for p in subs.iterdir() if p.name.startswith(sub_dir_prefix)]
     info = json.loads((d / ".subscription").read_text())
     info["selector"] = "region = "
@@ -204,7 +204,7 @@ def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
         _break_selector(root, "news", "bad")
         session.create_producer().send(Topic("news"), "published")
         assert good.receive_body(timeout=5) == "published"
-        incoming = ensure_dropbox(layout.topic_incoming(root, Topic("news")))
+        incoming = ensure_dropbox(topics.topic_incoming(root, Topic("news")))
         Path(incoming.file(State.NEW, "dropped.csv")).write_bytes(b"dropped")
         assert distribute(root) == 1
         assert good.receive(timeout=5).body == b"dropped"
@@ -215,7 +215,7 @@ def test_5_a_subscription_with_a_bad_selector_blocks_only_itself(root):
 
 
 def _drop_into_topic(root: Path, topic: str, name: str, body: bytes) -> None:
-    incoming = ensure_dropbox(layout.topic_incoming(root, Topic(topic)))
+    incoming = ensure_dropbox(topics.topic_incoming(root, Topic(topic)))
     Path(incoming.file(State.NOT_COMMITTED, name)).write_bytes(body)
     os.rename(incoming.file(State.NOT_COMMITTED, name), incoming.file(State.NEW, name))
 

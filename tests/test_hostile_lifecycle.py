@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST, fork_context, ls
-from dropboxmq import layout, recovery, transaction
+from dropboxmq import layout, recovery, topics, transaction
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError
 from dropboxmq.transaction import TransactionInDoubtError
@@ -167,7 +167,7 @@ def test_distributed_copies_are_first_deliveries(root, name):
     with Connection(root, "c1", create=True) as conn:
         for sub in ("a", "b"):
             conn.create_session().create_durable_consumer(Topic("t"), sub).close()
-    incoming = ensure_dropbox(layout.topic_incoming(root, Topic("t")))
+    incoming = ensure_dropbox(topics.topic_incoming(root, Topic("t")))
     Path(incoming.file(State.NEW, name)).write_bytes(b"dropped")
     assert distribute(root) == 1
     with Connection(root, "c1", create=True) as conn:

@@ -570,7 +570,7 @@ def test_a_commit_whose_subscription_went_away_commits(root, monkeypatch, unwrit
     TransactionInDoubtError on the gone target/, and on the gone copy when fsyncing files)."""
     import shutil
 
-    from dropboxmq.layout import subscriptions_dir
+    from dropboxmq.topics import subscriptions_dir
     from dropboxmq.message import Topic
 
     with Connection(root, "a", FAST, create=True) as c:

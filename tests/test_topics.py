@@ -16,7 +16,7 @@ from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.distributor import distribute
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, JMSException
 from dropboxmq.selector import InvalidSelectorError
-from dropboxmq.layout import subscriptions_dir, topic_incoming
+from dropboxmq.topics import subscriptions_dir, topic_incoming
 from dropboxmq.lifecycle import State
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.recovery import recover

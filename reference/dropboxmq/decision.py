@@ -1,9 +1,5 @@
-"""What a consumer does with one name it found in ``target/``: the pure claim policy.
-
-``decide(name, now, settings)`` reads a file name and the time (given, never read from a clock):
-no I/O, no clock, no state.  The consumer and the Spark source execute its :class:`Verdict` with
-one ``store.Dropbox.move`` each (``claim.Claimer``); tests drive it with any clock they like.
-"""
+"""What a consumer does with one name it found in ``target/``: the claim policy, pure (the time is
+given, never read).  ``claim.Claimer`` executes its :class:`Verdict` with one ``store.Dropbox.move``."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import codec, layout, topics
+from . import codec, topics
 from .message import DeliveryMode, Topic
 from .connection import Connection, Settings
 from .consumer import MessageConsumer
@@ -29,7 +29,7 @@ POLL_SECONDS = 0.2
 
 
 def topics_with_incoming(root: Path) -> Iterator[Topic]:
-    top = Path(root) / layout.TOPIC_ROOT
+    top = Path(root) / topics.TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         if os.path.isdir(os.path.join(dirpath, ".incoming", "target")):
@@ -44,7 +44,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
     done = 0
     try:
         for topic in topics_with_incoming(conn.root):
-            box = layout.topic_incoming(conn.root, topic)
+            box = topics.topic_incoming(conn.root, topic)
             consumer = MessageConsumer(session, box, topic, None)
             session._consumers.append(consumer)
             # the body is streamed from the claimed file into each copy, never held in memory
@@ -55,7 +55,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                     msg.delivery_mode = DeliveryMode.PERSISTENT
                     targets = topics.fan_out_targets(conn.root, topic, msg, None)
                     # the claim wrote this delivery's count into the name: a copy is a first delivery
-                    copy_name = codec.without_delivery_count(d.original_name)
+                    copy_name = codec.with_delivery_count(d.original_name, None)
                     for target in targets:
                         session_log(session).record("send", target, copy_name)
                         create_copy(target, copy_name, msg, topic_copy=True, durable=False, source=body)

@@ -36,10 +36,8 @@ class QueueNotFoundError(InvalidDestinationError):
     ``connection.create_queue(name)``, ``dropboxmq init NAME`` or ``Connection(root, create=True)``."""
 
 
-
 class IllegalStateError(JMSException):
     pass
-
 
 
 class MessageTakenError(IllegalStateError):
@@ -56,15 +54,12 @@ class MessageFormatError(JMSException):
     pass
 
 
-
-
 class NameTooLongError(MessageFormatError):
     """The encoded file name would exceed 255 bytes."""
 
 
 class StoreError(DropboxMQError):
     """A file-system operation failed (disk full, permission denied, ...)."""
-
 
 
 def store_error(action: str, path: str, exc: OSError) -> StoreError:

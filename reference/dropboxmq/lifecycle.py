@@ -1,22 +1,9 @@
-"""The life of a message: states, moves, and nothing else (nothing here touches the file system;
-``store.py`` executes it).
-
-A dropbox is a directory with six sub-directories.  A message *is* a file and its state *is* the
-directory that holds it: the states of the JBoss Messaging Core channel (seed 002), plus the three
-terminal places a message can end up in, plus ABSENT (no file: before CREATE, after DISCARD and
-PURGE).  Every move between two directories is a single ``rename(2)`` on one file system, so a
-message is in exactly one state at every instant, and when two consumers race for the same file
-exactly one rename succeeds (the other gets ENOENT: a lost race, normal and silent).  A copy never
-moves a message.
-
-The TLA+ specification (``spec/Dropbox.tla``) uses exactly these state names, and the moves'
-values are its action names; the conformance suite replays recorded file-system traces against
-:data:`TRANSITIONS` (with ``trace_rules.py``: who makes each move, and what a move may do to the
-delivery count a name carries).
-
-Transactions add no state: a transacted send stays NOT_COMMITTED until commit SENDs it; a
-transacted receive stays DELIVERED until commit ACKs it or rollback REDELIVERs it.  Crash atomicity
-of a commit is the transaction log's (``transaction.py``; its own table is ``log_lifecycle.py``).
+"""The life of a message (spec/PROTOCOL.md section 3): states and moves, pure (``store.py`` executes
+them).  A state is the directory holding the file, a move between two is one ``rename(2)``: a message
+is in one state at every instant, and of two racing consumers exactly one wins.  ``spec/Dropbox.tla``
+uses these names (a move's value is its action); the conformance suite replays traces against
+:data:`TRANSITIONS` (with ``trace_rules.py``).  Transactions add no state: a transacted send stays
+NOT_COMMITTED until commit, a transacted receive DELIVERED (the log's table: ``log_lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +16,8 @@ __all__ = ["IdentityEnum", "State", "Move", "STATE_DIRS", "TRANSITIONS", "TERMIN
 
 
 class IdentityEnum(enum.Enum):
-    """An enum of states or moves (here and in ``log_lifecycle.py``).  Members are singletons
-    compared by identity: hash them by identity too, in C, not by Enum's Python-level hash of
-    the name (every store call looks a state up in a dict)."""
+    """An enum hashed by identity, in C, not by Enum's Python-level hash of the name (every store
+    call looks a state up in a dict); also ``log_lifecycle.py``'s."""
 
     __hash__ = object.__hash__
 
@@ -93,8 +79,7 @@ TRANSITIONS: Mapping[State, Mapping[Move, State]] = MappingProxyType({s: Mapping
     _S.DEAD_LETTER: {_M.PURGE: _S.ABSENT},
 }.items()})
 
-#: Terminal states: a message that reaches one is never delivered again (PURGE is all that
-#: leads out of them).
+#: Terminal states: never delivered again (PURGE is all that leads out of them).
 TERMINAL: frozenset[State] = frozenset(s for s, moves in TRANSITIONS.items() if set(moves) == {Move.PURGE})
 
 

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from .errors import InvalidDestinationError, MessageFormatError
+from .errors import IllegalStateError, InvalidDestinationError, MessageFormatError
 from .values import Property, PropertyValue
 
 _Default = TypeVar("_Default")
@@ -36,9 +36,8 @@ def validate_name(kind: str, name: str) -> str:
 
 
 def name_bytes(name: str) -> int | None:
-    """The length on disk of a name, in bytes: names are bytes-safe text, an undecodable
-    byte travels as the surrogate ``os.fsdecode`` gives it.  None if ``name`` holds any
-    other lone surrogate (no byte stands for it)."""
+    """The length on disk of a name, in bytes (an undecodable byte travels as the surrogate
+    ``os.fsdecode`` gives it); None if ``name`` holds another lone surrogate (no byte stands for it)."""
     if name.isascii():  # (O(1): CPython keeps the flag) every name we and 1.2 write is ASCII
         return len(name)
     try:
@@ -144,8 +143,6 @@ class Message:
         (JMS; 1.2 acked only up to this one).  A no-op in the other ack modes."""
         session = getattr(self, "_session", None)
         if session is None:
-            from .errors import IllegalStateError
-
             raise IllegalStateError("this message was not received from a session")
         if session.ack_mode == 2:  # CLIENT_ACKNOWLEDGE
             session.acknowledge()

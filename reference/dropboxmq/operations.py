@@ -72,7 +72,7 @@ def redrive(root: Path, box: Dropbox, display_name: str, limit: int = 0) -> Iter
     its target/ under their original names; yields each message once it is waiting again."""
     moved = 0
     for stored in list(messages_in(box, State.DEAD_LETTER, limit)):
-        name = codec.without_delivery_count(codec.split_processing_name(stored.file_name)[1])
+        name = codec.with_delivery_count(codec.split_processing_name(stored.file_name)[1], None)
         with box.working_lock():  # no orphan sweep between our Create and Send
             with box.open_body(State.DEAD_LETTER, stored.file_name) as body:
                 box.create(name, body, durable=True)

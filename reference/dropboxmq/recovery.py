@@ -222,11 +222,11 @@ def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:
     """Could ``<state>/<name>`` be where a rename of ``processing/<pname>`` was going (or coming
     from)?  CLAIM and REDELIVER change only the delivery count; ACK, EXPIRE and DEAD_LETTER
     keep the name (or move it aside as ``<n>~<pname>``)."""
-    core = codec.without_delivery_count(original)
+    core = codec.with_delivery_count(original, None)
 
     def renamed(state: State, name: str) -> bool:
         if state is State.NEW:
-            return codec.without_delivery_count(name) == core
+            return codec.with_delivery_count(name, None) == core
         return name == pname or name.endswith("~" + pname)
 
     return renamed

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import codec, layout
+from . import codec, layout, topics
 from .dirs import ensure_dropbox
 from .errors import IllegalStateError, InvalidDestinationError
 from .message import (
@@ -75,7 +75,7 @@ def create_topic(session: Session) -> TemporaryTopic:
     """Session.create_temporary_topic(): a topic of this connection's, made now."""
     connection = session.connection
     t = TemporaryTopic(temporary_name(connection.client_id), connection)
-    os.makedirs(layout.subscriptions_dir(connection.root, t), exist_ok=True)
+    os.makedirs(topics.subscriptions_dir(connection.root, t), exist_ok=True)
     connection._temporary.append(t)
     return t
 
@@ -87,7 +87,7 @@ def boxes_for_send(connection: Connection, dest: Destination, header: Message) -
         box = layout.queue_box(connection.root, dest)
         if box.exists():
             return [box]
-    elif layout.subscriptions_dir(connection.root, dest).is_dir():
+    elif topics.subscriptions_dir(connection.root, dest).is_dir():
         from .topics import fan_out_targets
 
         return fan_out_targets(connection.root, dest, header, connection.client_id)
@@ -110,7 +110,7 @@ def temporary_gone(dest: Destination | None) -> InvalidDestinationError:
 def delete_temporary(root: Path, dest: Destination) -> None:
     import shutil
 
-    path = Path(root) / dest.name if isinstance(dest, Queue) else layout.topic_dir(root, dest)
+    path = Path(root) / dest.name if isinstance(dest, Queue) else topics.topic_dir(root, dest)
     shutil.rmtree(path, ignore_errors=True)
 
 

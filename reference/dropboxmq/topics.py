@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from . import codec, layout
+from . import codec
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
 from .dirs import ensure_dir, ensure_dropbox
@@ -53,10 +53,25 @@ __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
     "ancestors", "find_by_name", "subscribe", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
+    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished", "TOPIC_ROOT",
+    "topic_dir", "topic_incoming", "subscriptions_dir",
 ]
 
 log = logging.getLogger(__name__)
+
+TOPIC_ROOT = "topic-root"  # L-2: topic a.b.c is <root>/topic-root/a/b/c/
+
+
+def topic_dir(root: Path, topic: Topic) -> Path:
+    return Path(root).joinpath(TOPIC_ROOT, *topic.levels)
+
+
+def topic_incoming(root: Path, topic: Topic) -> Dropbox:
+    return Dropbox(topic_dir(root, topic) / ".incoming", root)
+
+
+def subscriptions_dir(root: Path, topic: Topic) -> Path:
+    return topic_dir(root, topic) / ".subscriptions"
 
 DURABLE, NON_DURABLE, SHARED_DURABLE, SHARED_NON_DURABLE = "durable", "nondurable", "shared", "shared-nondurable"
 META = ".subscription"
@@ -221,7 +236,7 @@ class Attachment:
 
 
 def subscriptions_of(root: Path, topic: Topic) -> Iterator[Subscription]:
-    d = layout.subscriptions_dir(root, topic)
+    d = subscriptions_dir(root, topic)
     try:
         names = sorted(os.listdir(d))
     except FileNotFoundError:
@@ -241,7 +256,7 @@ def find_by_name(root: Path, name: str, client_id: str | None) -> list[Subscript
     """Every durable or shared subscription called ``name`` for ``client_id``, on any topic."""
     prefix = f"{codec.encode_field(name)}.{codec.encode_field(client_id or '')}"
     found = []
-    top = Path(root) / layout.TOPIC_ROOT
+    top = Path(root) / TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
         if os.path.basename(dirpath) == ".subscriptions":
             for sub in dirnames:
@@ -294,7 +309,7 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
         raise InvalidDestinationError(
             f"subscription name {name!r} is too long: its directory name would be {size} bytes, "
             f"over the {codec.MAX_NAME_BYTES}-byte limit")
-    subs_dir = layout.subscriptions_dir(root, topic)
+    subs_dir = subscriptions_dir(root, topic)
     ensure_dir(subs_dir)
     path = subs_dir / sub_id
 
@@ -420,7 +435,7 @@ def fan_out_targets(root: Path, topic: Topic, header: Message, publisher_client:
 def reclaim_orphans(root: Path) -> int:
     """Remove non-durable subscriptions whose consumers are all gone (crashed processes)."""
     removed = 0
-    top = Path(root) / layout.TOPIC_ROOT
+    top = Path(root) / TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
         if os.path.basename(dirpath) == ".subscriptions":
             for name in dirnames:
@@ -446,7 +461,7 @@ def sweep_unfinished(root: Path, cutoff: float) -> int:
     changed before ``cutoff``: older than any creation still running) or removal (every
     ``.deleted-*`` directory: already gone for everyone).  Returns how many."""
     removed = 0
-    top = Path(root) / layout.TOPIC_ROOT
+    top = Path(root) / TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
         if os.path.basename(dirpath) == ".subscriptions":
             for name in dirnames:

@@ -197,8 +197,8 @@ def _read_box(root: Path, dest: str) -> Dropbox:
         if sub:
             if "/" in sub or sub.startswith("."):
                 raise ValueError(f"bad subscription id {sub!r}")
-            return topics.Subscription(layout.subscriptions_dir(root, Topic(topic)) / sub).box
-        return layout.topic_incoming(root, Topic(topic))
+            return topics.Subscription(topics.subscriptions_dir(root, Topic(topic)) / sub).box
+        return topics.topic_incoming(root, Topic(topic))
     return layout.queue_box(root, Queue(dest))
 
 

@@ -1191,7 +1191,7 @@ class APIModel(RuleBasedStateMachine):
                 continue
             for name in os.listdir(d):
                 if _read_regular(os.path.join(os.fsencode(d), os.fsencode(name))) == e.token.encode():
-                    out.append(codec.without_delivery_count(codec.split_processing_name(name)[1]))
+                    out.append(codec.with_delivery_count(codec.split_processing_name(name)[1], None))
         return out
 
     def drop_junk(self, to_topic: bool, queue_name: str, topic: str, kind: str, name: str):

@@ -292,7 +292,7 @@ def op_recover(root: Path, scale: Scale, start: StartRecording) -> Expect:
 def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
     """A foreign program dropped a file into a topic's .incoming/target/; ``distribute`` fans
     it out to every subscription in one transaction."""
-    from dropboxmq import layout, topics
+    from dropboxmq import topics
     from dropboxmq.distributor import distribute
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Topic
@@ -306,7 +306,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
         s = conn.create_session()
         for name in names:
             s.create_durable_consumer(topic, name).close()
-    incoming = ensure_dropbox(layout.topic_incoming(root, topic))
+    incoming = ensure_dropbox(topics.topic_incoming(root, topic))
     incoming.create("ID_dropped-0", body_of("f0"), durable=True)
     incoming.move(Move.SEND, State.NOT_COMMITTED, "ID_dropped-0")
     sync_many([(incoming, State.NEW)])
