@@ -171,7 +171,7 @@ def test_a_plain_queue_send_and_receive_never_imports_the_selector_parser(tmp_pa
     """Off the path means not run, not only not imported at top level: a consume without a
     selector must not load selector.py (1,500 lines: ~30 ms at the first receive of every
     process; topics.py, which the connection's housekeeping imports, once pulled it in for an
-    exception class)."""
+    exception class); nor, for a message without properties, properties.py."""
     import subprocess
     import sys
 
@@ -186,7 +186,7 @@ with Connection(Path({str(tmp_path / 'root')!r}), create=True) as c:
     s = c.create_session()
     s.create_producer(q).send(TextMessage("x"))
     assert s.create_consumer(Queue("q")).receive(0).text == "x"
-print(sorted(m for m in sys.modules if m in ("dropboxmq.selector", "dropboxmq.bodies")))
+print(sorted(m for m in sys.modules if m in ("dropboxmq.selector", "dropboxmq.bodies", "dropboxmq.properties")))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -43,7 +43,8 @@ from typing import Any, Callable
 from .errors import MessageFormatError
 from .javanum import JAVA_INT_RE, to_f32
 from .message import Message, TextMessage
-from .values import INT_BITS, Property, coerce, infer_letter
+from .properties import INT_BITS, coerce, infer_letter
+from .values import Property
 
 __all__ = ["encode_map", "decode_map", "encode_stream", "decode_stream", "BytesMessage", "MapMessage", "StreamMessage",
            "ObjectMessage", "MESSAGE_CLASSES", "message_for_letter"]

@@ -24,7 +24,7 @@ from urllib.parse import quote_plus
 
 from .errors import MessageFormatError, NameTooLongError
 from .message import CLASS_LETTERS, DEFAULT_PRIORITY, DeliveryMode, Message, Queue, TextMessage, Topic, name_bytes
-from .values import INT_BITS, Property, coerce
+from .values import Property
 
 __all__ = [
     "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
@@ -107,20 +107,11 @@ def _encoded_pair(name: str, letter: str, _value_type: str, _float_repr: str | N
 def _pair_text(name: str, prop: Any) -> str:
     if not isinstance(name, str) or not name:
         raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
+    from .properties import value_text  # (messages with properties; a pair once, cached)
+
     if not isinstance(prop, Property):
         prop = Property.of(prop)
-    letter, value = prop.letter, coerce(prop.letter, prop.value)  # validates type and range
-    if letter == "B":
-        text = "true" if value else "false"
-    elif letter in INT_BITS:
-        text = str(value)
-    elif letter in ("F", "D"):
-        from .javanum import java_double_str, java_float_str  # (float properties: rare, and cached)
-
-        text = encode_field(java_float_str(value) if letter == "F" else java_double_str(value))
-    else:
-        text = encode_field(value)
-    return f"{encode_field(name)}{letter}={text}"
+    return f"{encode_field(name)}{prop.letter}={encode_field(value_text(prop.letter, prop.value))}"
 
 
 def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> str:
@@ -138,26 +129,19 @@ def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> st
     return "&".join(parts + [stored] if stored else parts)
 
 
-def _parse_value(letter: str, text: str) -> Property:
-    if letter == "B":
-        return Property("B", text.lower() == "true")  # Boolean.parseBoolean
-    if letter in INT_BITS or letter in ("F", "D"):
-        from .javanum import parse_java_float, parse_java_int  # (Java's number syntax: read once a tail)
-
-        v = parse_java_int(text, INT_BITS[letter]) if letter in INT_BITS else parse_java_float(text, letter == "F")
-        return Property(letter, v) if v is not None else Property("S", text)
-    return Property("S", text)
-
-
 def decode_properties(field: str) -> dict[str, Property]:
     """The properties field as typed values, never raising: a pair without ``=`` or a name is
     skipped; a repeated name keeps its first position and its last value."""
+    if not field:
+        return {}
+    from .properties import parse_value  # (messages with properties; a tail once, cached)
+
     props: dict[str, Property] = {}
-    for pair in field.split("&") if field else ():
+    for pair in field.split("&"):
         key, eq, raw = pair.partition("=")
         key = decode_field(key)
         if eq and len(key) >= 2:
-            props[key[:-1]] = _parse_value(key[-1], decode_field(raw))
+            props[key[:-1]] = Property(*parse_value(key[-1], decode_field(raw)))
     return props
 
 
@@ -217,7 +201,7 @@ def _read_tail(tail: str, claimed: bool) -> tuple[type[Message], dict[str, Any],
     cls = _class_for(letter)
     props = decode_properties(raw_props)
     stored = props.get(DELIVERY_COUNT)
-    n = stored.value if stored is not None and stored.letter in INT_BITS and 0 < stored.value < _INT_MAX else 0
+    n = stored.value if stored is not None and type(stored.value) is int and 0 < stored.value < _INT_MAX else 0
     exp = int(raw_exp) if raw_exp and _LONG_RE.fullmatch(raw_exp) else 0
     count = max(n, 1) if claimed else n + 1
     props[DELIVERY_COUNT] = Property("I", count)

@@ -121,7 +121,8 @@ from dropboxmq.lifecycle import TERMINAL, Move, State
 from dropboxmq.bodies import message_for_letter
 from dropboxmq.browser import in_delivery_order
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
-from dropboxmq.values import Property, infer_letter
+from dropboxmq.properties import infer_letter
+from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms, to_wire
