@@ -262,9 +262,9 @@ def _check_long(what: str, v: Any, lo: int, hi: int) -> int:
     return v
 
 
-def encode_name(msg: Message) -> str:
-    """The file name of ``msg``: :class:`MessageFormatError` for headers that cannot be written,
-    :class:`NameTooLongError` over 255 bytes."""
+def encode_name(msg: Message, properties: dict[str, Any] | None = None, delivery_count: int | None = None) -> str:
+    """The file name of ``msg`` (``properties`` and ``delivery_count`` in place of its own if given):
+    :class:`MessageFormatError` for headers that cannot be written, :class:`NameTooLongError` over 255 bytes."""
     prio = _check_long("priority", msg.priority, _INT_MIN, _INT_MAX)
     mid = msg.message_id
     if not isinstance(mid, str):
@@ -275,7 +275,7 @@ def encode_name(msg: Message) -> str:
     if msg.class_letter not in CLASS_LETTERS:
         raise MessageFormatError(f"unknown message class letter {msg.class_letter!r}")
     exp = _check_long("expiration", msg.expiration, _LONG_MIN, _LONG_MAX)
-    dc = _check_long("delivery_count", msg.delivery_count, 1, _INT_MAX)
+    dc = _check_long("delivery_count", msg.delivery_count if delivery_count is None else delivery_count, 1, _INT_MAX)
     reply = msg.reply_to
     if reply is not None and not isinstance(reply, (Queue, Topic)):
         raise MessageFormatError(f"reply-to must be a Queue or Topic, got {reply!r}")
@@ -284,7 +284,7 @@ def encode_name(msg: Message) -> str:
         encode_field(msg.correlation_id) if msg.correlation_id else "",
         encode_field(("Q" if isinstance(reply, Queue) else "T") + reply.name) if reply is not None else "",
         encode_field(msg.jms_type) if msg.jms_type else "",
-        encode_properties(msg.properties, dc),
+        encode_properties(msg.properties if properties is None else properties, dc),
     ]
     while len(fields) > 3 and not fields[-1]:
         fields.pop()
@@ -308,13 +308,7 @@ def to_wire(msg: Message) -> str:
         extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
     if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:
         extra[DELIVERY_MODE_PROP] = _NON_PERSISTENT
-    # the wire's properties and count swapped in, not a dataclasses.replace() copy (body included)
-    saved = msg.properties, msg.delivery_count
-    msg.properties, msg.delivery_count = extra, 1
-    try:
-        return encode_name(msg)
-    finally:
-        msg.properties, msg.delivery_count = saved
+    return encode_name(msg, extra, 1)
 
 
 # ---------------------------------------------------------------- delivery counts in names

@@ -41,8 +41,7 @@ class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tr
     dead_letter: bool = False  # CLAIM: past max_delivery_attempts
 
 
-#: Decision(...) runs NamedTuple's generated __new__, a Python call (~1 µs with a keyword); a
-#: claim's verdict is made once a message, so its hot return builds the tuple directly
+#: Decision(...) runs NamedTuple's generated __new__, a Python call: a claim's hot return builds the tuple
 _make_decision = tuple.__new__
 
 
