@@ -35,8 +35,10 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: session's transacted steps (transaction.py), giving messages back (redelivery.py: recover,
 #: dead letters, individual acks, backoff, quarantine), the subscription checks (topics.subscribe)
 #: and set_message_listener's work (listeners.py) left session/consumer, and ackmode's table
-#: became the code: 3,021.
-CEILING = 3021
+#: became the code: 3,021; then (session 12, leanapi2) the API modules' rare cases moved where
+#: they happen (claims.acked_before, redelivery's ack errors, topics.subscribed_consumer,
+#: temporary.consumer_box, bodies.as_message/body_of, recovery.finish_own): 2,891.
+CEILING = 2891
 
 
 def _type_checking(node: ast.stmt) -> bool:

@@ -140,10 +140,8 @@ class Connection:
         self.started.clear()
 
     def close(self, grace: float | None = None) -> None:
-        """Close every session.  A message listener that is running may finish: within
-        ``grace`` seconds (None: however long it takes) its message is acknowledged as usual;
-        past it, the message is returned to the queue (redelivered) and the listener's thread,
-        which Python cannot stop, is left to end on its own."""
+        """Close every session.  A running message listener may finish within ``grace`` seconds
+        (None: however long it takes); past it, its message is redelivered (README, "Using the library")."""
         if self.closed:
             return
         deadline = None if grace is None else time.monotonic() + grace
