@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .store import Dropbox
 
 __all__ = [
-    "TemporaryQueue", "TemporaryTopic", "create_queue", "create_topic", "consumer_box", "boxes_for_send", "temporary_gone",
-    "delete", "delete_temporary", "temporary_name",
+    "TemporaryQueue", "TemporaryTopic", "create_queue", "create_topic", "consumer_box", "boxes_for_send",
+    "temporary_gone", "delete", "delete_temporary", "temporary_name",
 ]
 
 log = logging.getLogger("dropboxmq")

@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
-    "ancestors", "find_by_name", "subscribe", "subscribed_consumer", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
+    "ancestors", "find_by_name", "subscribe", "subscribed_consumer", "open_subscription", "close_consumer",
+    "unsubscribe", "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
 ]
 
 log = logging.getLogger(__name__)
