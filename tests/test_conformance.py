@@ -211,12 +211,12 @@ BROKEN_ADAPTER = textwrap.dedent('''
         def op_acknowledge(self, req):
             if MODE == "client-ack-all":
                 s = self._session(req)
-                s._ack(s._unacked[-1:]); s._unacked = s._unacked[:-1]
+                s._ack(s.unacked[-1:]); s.unacked = s.unacked[:-1]
                 return {}
             if MODE == "client-ack-earlier" and req.get("message"):  # 1.2: only up to the given message
                 s = self._session(req)
-                upto = next(i for i, d in enumerate(s._unacked) if d.message.message_id == req["message"]) + 1
-                s._ack(s._unacked[:upto]); s._unacked = s._unacked[upto:]
+                upto = next(i for i, d in enumerate(s.unacked) if d.message.message_id == req["message"]) + 1
+                s._ack(s.unacked[:upto]); s.unacked = s.unacked[upto:]
                 return {}
             return super().op_acknowledge(req)
         def listener(self, *args, **kw):

@@ -274,9 +274,9 @@ def test_regression_auto_ack_fsync_failure_loses_message(tmp_path):
     assert t["lost"] == 0, t["note"]
 
 
-# Regression, found by the stress runs and fixed: session.py Session._delivered (transacted): the
+# Regression, found by the stress runs and fixed: session.py Session.delivered (transacted): the
 # claim moved the message to processing/, then TransactionLog.record fails (open/write of the log:
-# EIO/ENOSPC) and receive() raises; the message is in neither the log nor _unacked, so
+# EIO/ENOSPC) and receive() raises; the message is in neither the log nor unacked, so
 # rollback/close never redeliver it, and since Connection.close unlinks the client registration
 # (clients.Registration.release), recovery sees the owner as 'unknown' and never reclaims it:
 # stuck in processing/ forever

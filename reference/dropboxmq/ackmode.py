@@ -1,19 +1,16 @@
-"""The four JMS acknowledgement modes as one table (``POLICY``): what a session does with a
-message it delivers, when the application is done with it, when a listener fails on it, and when
-the session closes with it unacknowledged.  Pure: no I/O; ``session.Session`` executes the steps.
+"""The four JMS acknowledgement modes as one table (``POLICY``, JMS semantics: PROTOCOL.md §4).
+Pure: ``session.Session`` executes the steps.  The columns:
 
-*take*: as a consumer claims it (hold: kept until acknowledge(); log: recorded in the
-transaction log and kept until commit/rollback).  *done*: receive() returns it, or its
-listener returned (ack: now, a failed ACK puts it back; batch: kept, acked without fsync once
-``dups_ok_batch`` are kept or the session idles).  *failure*: its listener raised (redeliver
-after the consumer's redelivery delay; keep: the application recovers or rolls back).
-*close*: what happens to the messages still held.  *transacted*: commit()/rollback() instead of
-acknowledge()/recover()/dead_letter().  *durable ack*: acknowledge() raises when the fsync of its
-acks fails (else the renames stand and a warning is logged: a crash that undoes them redelivers,
-at-least-once).  *taken is error*: an ack that finds its claim gone because recovery took it
-from this client (presumed dead: lease or lock lost; it is delivered again) raises
-MessageTakenError; DUPS_OK promises no more than at-least-once, so it stays silent (a transacted
-commit is rolled back: TransactionRolledBackError).
+*take*, as a consumer claims a message: hold it until acknowledge(), or log it in the transaction
+log until commit/rollback.  *done*, as receive() returns it or its listener returns: ack now (a
+failed ACK puts it back) or batch (acked without fsync once ``dups_ok_batch`` are kept or the
+session idles).  *failure*, its listener raised: redeliver after the consumer's redelivery delay,
+or keep (the application recovers or rolls back).  *close*: what becomes of those still held.
+*transacted*: commit()/rollback() instead of acknowledge()/recover()/dead_letter().
+*durable_ack*: acknowledge() raises when the fsync of its acks fails (else the renames stand and a
+warning is logged: a crash that undoes them redelivers).  *taken_is_error*: an ack whose claim
+recovery took from this client (presumed dead: lease or lock lost) raises MessageTakenError;
+DUPS_OK promises no more than at-least-once, a transacted commit rolls back instead.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from .properties import INT_BITS, coerce, infer_letter
 from .values import Property
 
 __all__ = ["encode_map", "decode_map", "encode_stream", "decode_stream", "BytesMessage", "MapMessage", "StreamMessage",
-           "ObjectMessage", "MESSAGE_CLASSES", "message_for_letter"]
+           "ObjectMessage", "MESSAGE_CLASSES", "message_for_letter", "as_message", "body_of"]
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -266,3 +266,35 @@ MESSAGE_CLASSES: dict[str, type[Message]] = {
 def message_for_letter(letter: str) -> type[Message]:
     """The class of a 1.2 class letter; BytesMessage for an unknown one ([ours], see codec)."""
     return MESSAGE_CLASSES.get(letter, BytesMessage)
+
+
+def as_message(body: Any) -> Message:
+    """The message for a plain body (send(destination, body)): str -> TextMessage,
+    bytes -> BytesMessage, dict -> MapMessage, list -> StreamMessage; a Message stays itself."""
+    if isinstance(body, Message):
+        return body
+    if isinstance(body, str):
+        return TextMessage(body)
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return BytesMessage(bytes(body))
+    if isinstance(body, dict):
+        m = MapMessage()
+        m.map = body
+        return m
+    if isinstance(body, list):
+        s = StreamMessage()
+        s.items = body
+        return s
+    raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
+
+
+def body_of(msg: Message) -> Any:
+    """A message's body as Python data (receive_body()): str, bytes, dict (MapMessage) or list
+    (StreamMessage)."""
+    if isinstance(msg, TextMessage):
+        return msg.text
+    if isinstance(msg, MapMessage):
+        return msg.map
+    if isinstance(msg, StreamMessage):
+        return msg.items
+    return msg.body

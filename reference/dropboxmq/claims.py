@@ -35,15 +35,19 @@ import logging
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import codec
 from .errors import store_error
 from .lifecycle import Move, State
 from .store import REGISTER, Dropbox, fsync_dir, replace_durably
 
+if TYPE_CHECKING:
+    from .consumer import Delivery
+
 __all__ = [
     "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "claim_name", "finish", "sweep_stale",
-    "acked_after_all",
+    "acked_before",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -184,6 +188,19 @@ def finish(box: Dropbox, move: Move, pname: str) -> bool:
     if moved:
         forget(box, inode)  # type: ignore[arg-type]  # set whenever entry is
     return moved
+
+
+def acked_before(d: Delivery, taken: list[Delivery]) -> bool:
+    """An ACK of ``d`` renamed nothing.  True if it is acked all the same (by an earlier
+    acknowledge() whose sync failed, or after all); False if its subscription was removed (by
+    another connection: nothing to ack), or recovery renamed the claim away (added to ``taken``:
+    fenced by construction)."""
+    if not os.path.isdir(d.box.dir(State.DELIVERED)):
+        return False
+    if d.acked or acked_after_all(d.box, d.processing_name, d.original_name):
+        return True
+    taken.append(d)
+    return False
 
 
 def acked_after_all(box: Dropbox, pname: str, original: str) -> bool:

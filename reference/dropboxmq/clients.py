@@ -1,11 +1,10 @@
 """Client-id registration with liveness (PROTOCOL.md §4: a dead owner is reclaimable).
 
-``<root>/dropboxmq/clients/<enc(clientId)>`` is held with ``flock(LOCK_EX)`` for as long as the
-connection is open.  The kernel drops the lock when the owning process dies (kill -9 included),
-so "is the owner alive?" is "is the lock held?" — no pid guessing, no stale locks after a crash
-(1.2's flaw).  The file holds the owner's record (:func:`record`: xa.py reads who holds the id).
-Where flock does not cross mounts (``doctor.flock_trusted``) the record is a lease, renewed while
-the connection is open (leases.py, imported only then); what recovery asks is liveness.py.
+``<root>/dropboxmq/clients/<enc(clientId)>`` is held with ``flock(LOCK_EX)`` while the connection
+is open.  The kernel drops the lock when its process dies (kill -9 included): "is the owner alive?"
+is "is the lock held?", with no stale locks after a crash (1.2's flaw).  The file holds the owner's
+record; where flock does not cross mounts (``doctor.flock_trusted``) the record is a lease, renewed
+while the connection is open (leases.py).  What recovery asks is liveness.py.
 """
 
 from __future__ import annotations

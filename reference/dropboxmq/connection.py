@@ -1,13 +1,9 @@
 """A connection to one root: its settings, the checks that the root and each queue exist (a
-typo creates nothing), the client id's registration, and the sessions it makes.
-
-Housekeeping is not done here: the connection calls the ``recovery`` functions (its own
-client id's leftovers at connect and close; dead owners, dead commits and retention from
-its consumers every ``recovery_interval``)."""
+typo creates nothing), the client id's registration, and the sessions it makes.  Housekeeping
+is the ``recovery`` functions', which the connection schedules."""
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -18,37 +14,30 @@ from typing import Any
 from . import codec, ids, layout
 from .ackmode import AckMode
 from .clients import Registration
-from .errors import IllegalStateError, RootNotFoundError, StoreError
+from .errors import IllegalStateError, RootNotFoundError
 from .message import Destination, Message, Queue
 from .session import Session
 from .store import Dropbox
 
 __all__ = ["Settings", "Connection"]
 
-log = logging.getLogger("dropboxmq")
-
 
 @dataclass(frozen=True)
 class Settings:
+    """The README explains redelivery backoff and retention ("Using the library") and the lease
+    ("Durability", "Several hosts: leases and fencing")."""
+
     max_delivery_attempts: int = 10  # deliveries before a message is dead-lettered to error/
     scan_interval: float = 0.25  # s: a new higher-priority message overtakes within this
     poll_interval: float = 0.05  # s: longest wait between two looks at an empty target/
     recovery_interval: float = 2.0  # s: how often a consumer reclaims dead owners' messages
     dups_ok_batch: int = 64  # DUPS_OK acks are flushed in groups of this size
     allow_network_fs: bool = False
-    # s: the client's lease (leases.py): renewed every lease/3; where flock does not cross mounts
-    # another host declares this client dead once its record stayed unchanged for 1.5 x lease,
-    # and the client fences itself (LeaseExpiredError) 0.8 x lease after its last renewal
-    lease: float = 10.0
-    # A message that failed (listener raised, recover(back_off=True)) is not tried again by the
-    # same consumer before redelivery_delay * redelivery_backoff ** (deliveries - 1) seconds,
-    # at most max_redelivery_delay: a failing handler no longer burns every attempt at once.
-    redelivery_delay: float = 0.1
+    lease: float = 10.0  # s: the client's lease (leases.py), where flock does not cross mounts
+    redelivery_delay: float = 0.1  # s: a failed message's first hold-back, x backoff each time
     redelivery_backoff: float = 2.0
     max_redelivery_delay: float = 30.0
-    # Seconds to keep acknowledged and expired messages: consumers delete older ones as they
-    # go (every recovery_interval), like `dropboxmq prune --older-than`.  None: keep them all.
-    retention: float | None = None
+    retention: float | None = None  # s to keep acknowledged and expired messages; None: all
 
 
 class Connection:
@@ -82,16 +71,16 @@ class Connection:
         ensure_layout(self.root)
         self.client_id_generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
-        self._registration = Registration(self.root, self.client_id, self.settings.lease)
+        self.registration = Registration(self.root, self.client_id, self.settings.lease)
         if client_id is not None:
             # holding the lock proves a predecessor's logs and claims are ours: a killed
             # consumer's restart gets its messages back
             self._finish_own(leftovers=True)
-        self._sessions: list[Session] = []
-        self._closed = False
-        self._started = threading.Event()
-        self._started.set()
-        self._temporary: list[Destination] = []
+        self.sessions: list[Session] = []
+        self.closed = False
+        self.started = threading.Event()  # cleared by stop()
+        self.started.set()
+        self.temporary: list[Destination] = []  # temporary destinations made (temporary.py)
         self._queue_boxes: dict[str, Dropbox] = {}
         self._housekept: dict[Path, float] = {}  # dropbox -> time.monotonic() of its last housekeeping
 
@@ -109,20 +98,19 @@ class Connection:
     def create_queue(self, queue: "str | Queue") -> Queue:
         """Create ``queue`` (a name or a Queue) with its state directories, as ``dropboxmq init``
         does; safe to repeat.  Returns the Queue."""
-        self._check_open()
+        self.check_open()
         dest = Queue(queue) if isinstance(queue, str) else queue
-        from .dirs import ensure_dropbox  # (making queues: not on the send/receive path)
-
-        self._queue_boxes[dest.name] = ensure_dropbox(layout.queue_box(self.root, dest))
+        self.queue_box(dest, create=True)
         return dest
 
-    def queue_box(self, queue: Queue) -> Dropbox:
-        """The dropbox of an existing queue (created first when the connection has ``create``)."""
+    def queue_box(self, queue: Queue, create: bool = False) -> Dropbox:
+        """The dropbox of an existing queue (made first with ``create``, or when the connection
+        has it)."""
         box = self._queue_boxes.get(queue.name)
-        if box is None:  # look (or make the directories) once per connection, not once per send
+        if box is None or create:  # look (or make the directories) once per connection, not once per send
             box = layout.queue_box(self.root, queue)
-            if self.create:
-                from .dirs import ensure_dropbox  # (once per queue and connection)
+            if create or self.create:
+                from .dirs import ensure_dropbox  # (making queues: once per queue and connection)
 
                 ensure_dropbox(box)
             elif not box.exists():
@@ -139,66 +127,51 @@ class Connection:
         self.close()
 
     def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "Session":
-        self._check_open()
+        self.check_open()
         session = Session(self, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
-        self._sessions.append(session)
+        self.sessions.append(session)
         return session
 
     def start(self) -> None:
-        self._started.set()
+        self.started.set()
 
     def stop(self) -> None:
         """Pause delivery to listeners and receives until ``start()``."""
-        self._started.clear()
+        self.started.clear()
 
     def close(self, grace: float | None = None) -> None:
-        """Close every session.  A message listener that is running may finish: within
-        ``grace`` seconds (None: however long it takes) its message is acknowledged as usual;
-        past it, the message is returned to the queue (redelivered) and the listener's thread,
-        which Python cannot stop, is left to end on its own."""
-        if self._closed:
+        """Close every session.  A running message listener may finish within ``grace`` seconds
+        (None: however long it takes); past it, its message is redelivered (README, "Using the library")."""
+        if self.closed:
             return
         deadline = None if grace is None else time.monotonic() + grace
-        for s in list(self._sessions):
+        for s in list(self.sessions):
             s.close(grace=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if self._temporary:
+        if self.temporary:
             from .temporary import delete_temporary  # (only a connection that made one)
 
-            for dest in self._temporary:
+            for dest in self.temporary:
                 delete_temporary(self.root, dest)
         self._finish_own()  # a commit left in doubt (e.g. the disk was full): try again
-        self._registration.release()
-        self._closed = True
+        self.registration.release()
+        self.closed = True
 
     def _finish_own(self, leftovers: bool = False) -> None:
-        """Finish the transaction logs of this client id that no open session owns (committed
-        ones forward, the rest back) and, with ``leftovers``, redeliver the unacknowledged claims
-        a dead predecessor with this id left.  Best effort: what fails stays for the next
-        connection or `dropboxmq recover`."""
-        from .recovery import reclaim_own_leftovers, recover_owner
+        from .recovery import finish_own  # (this client id's leftovers: at connect and close)
 
-        try:
-            recover_owner(self.root, self.client_id)
-        except (OSError, StoreError) as exc:
-            log.warning("cannot finish the transactions left by client %r: %s", self.client_id, exc)
-        try:
-            if leftovers:
-                reclaim_own_leftovers(self.root, self.client_id)
-        except (OSError, StoreError) as exc:
-            log.warning("cannot redeliver the messages left by client %r: %s", self.client_id, exc)
+        finish_own(self.root, self.client_id, leftovers)
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def check_open(self) -> None:
+        if self.closed:
             raise IllegalStateError("connection is closed")
 
     def check_lease(self, what: str) -> None:
         """LeaseExpiredError once this connection is fenced (leases.py): ``what`` may not happen."""
-        self._registration.check(what)
+        self.registration.check(what)
 
     def housekeeping(self, box: Dropbox) -> None:
-        """The ops layer's work for a dropbox this connection consumes from, at most every
-        ``recovery_interval`` (its consumers call this before each claim): dead commits
-        finished, dead owners' claims redelivered, retention (``recovery.housekeeping``)."""
+        """The ops layer's work for a dropbox this connection consumes from (its consumers call
+        this before each claim), at most every ``recovery_interval``: ``recovery.housekeeping``."""
         now = time.monotonic()
         if now - self._housekept.get(box.path, -1e9) <= self.settings.recovery_interval:
             return
@@ -207,7 +180,7 @@ class Connection:
 
         housekeeping(self.root, box, self.settings.retention)
 
-    def _boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
+    def boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""
         if codec.temporary_owner(dest.name) is not None:
             from .temporary import boxes_for_send  # (temporary destinations only)
@@ -218,4 +191,3 @@ class Connection:
         from .topics import fan_out_targets  # (publish: imported when first used)
 
         return fan_out_targets(self.root, dest, header, self.client_id)
-

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from .claim import Claim, Claimer
+from .claim import Claimer
 from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError
@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     from .listeners import MessageListener
     from .producer import Body
     from .session import Session
-    from .topics import Attachment, Subscription
 
-__all__ = ["Delivery", "MessageConsumer", "body_of"]
+__all__ = ["Delivery", "MessageConsumer"]
 
 
 @dataclass(slots=True)
@@ -51,14 +50,13 @@ class MessageConsumer:
             matcher = selector_for(selector)
         # the claim step, shared with the Spark source.  The clocks are this module's now_ms
         # and time, looked up at each call (tests shift them)
-        self._claimer = Claimer(self.box, session.connection.client_id,
-                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
-                                session.settings.scan_interval, clock=lambda: now_ms(),
-                                monotonic=lambda: time.monotonic())
-        self._subscription: Subscription | None = None  # a topic consumer's (topics.py)
-        self._attachment: Attachment | None = None
-        self._listener: Callable[[Message], Any] | None = None
-        self._closed = False
+        self.claimer = Claimer(self.box, session.connection.client_id,
+                               ClaimSettings(matcher, session.settings.max_delivery_attempts),
+                               session.settings.scan_interval, clock=lambda: now_ms(),
+                               monotonic=lambda: time.monotonic())
+        self.on_close: Callable[[], None] | None = None  # a topic consumer's: leave its subscription
+        self.listener: Callable[[Message], Any] | None = None
+        self.closed = False
         settings = session.settings
         self.redelivery_delay = settings.redelivery_delay  # s; 0 = retry at once
         self.redelivery_backoff = settings.redelivery_backoff
@@ -74,7 +72,11 @@ class MessageConsumer:
         """receive(), returning just the body as Python data (str for a TextMessage, bytes,
         dict for a MapMessage, list for a StreamMessage); None when no message came."""
         msg = self.receive(timeout)
-        return None if msg is None else body_of(msg)
+        if msg is None or isinstance(msg, TextMessage):
+            return None if msg is None else msg.text
+        from .bodies import body_of  # (non-text bodies)
+
+        return body_of(msg)
 
     def receive_streamed(self, timeout: float | None = None) -> tuple[Message, BinaryIO] | None:
         """receive() for large bodies: the message without its body, and the body as an open
@@ -82,16 +84,22 @@ class MessageConsumer:
         d = self._receive(timeout, read_body=False)
         return None if d is None or d.body_file is None else (d.message, d.body_file)
 
+    def receive_no_wait(self) -> Message | None:
+        return self.receive(0)
+
     def messages(self, timeout: float | None = None) -> Iterator[Message]:
         """Iterate over messages as they arrive; stop when none arrives within ``timeout``
         seconds (None: never stop).  ``for m in consumer`` does not wait at all."""
         while (m := self.receive(timeout)) is not None:
             yield m
 
+    def __iter__(self) -> Iterator[Message]:
+        return self.messages(0)
+
     def next_retry_in(self) -> float | None:
         """Seconds until a message this consumer holds back (redelivery backoff, delivery
         delay) is due again; None when it holds none back."""
-        return self._claimer.next_retry_in()
+        return self.claimer.next_retry_in()
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
         self._check_receive()
@@ -99,27 +107,24 @@ class MessageConsumer:
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
-            if session.connection._started.is_set():
-                with session._lock:
-                    d = self._claim_next(read_body)
+            if session.connection.started.is_set():
+                with session.lock:
+                    d = self.claim_next(read_body)
                     if d is not None:
                         try:
-                            session._delivered(d)
+                            session.delivered(d)
                         except BaseException:
                             if d.body_file is not None:
                                 d.body_file.close()
                             raise
                         return d
-                    session._flush_lazy_acks()
+                    session.flush_lazy_acks()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
             time.sleep(wait if remaining is None else min(wait, remaining))
             wait = min(wait * 2, self.session.settings.poll_interval)
             self._check_receive()
-
-    def receive_no_wait(self) -> Message | None:
-        return self.receive(0)
 
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener``: a callable taking the message, or an object with
@@ -129,16 +134,14 @@ class MessageConsumer:
         listen(self, listener)
 
     def close(self) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self.box.close()
-        if self in self.session._consumers:
-            self.session._consumers.remove(self)
-        if self._subscription is not None and self._attachment is not None:
-            from .topics import close_consumer
-
-            close_consumer(self.session, self._subscription, self._attachment)
+        if self in self.session.consumers:
+            self.session.consumers.remove(self)
+        if self.on_close is not None:
+            self.on_close()
 
     def __enter__(self) -> "MessageConsumer":
         return self
@@ -146,56 +149,33 @@ class MessageConsumer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __iter__(self) -> Iterator[Message]:
-        while (m := self.receive(0)) is not None:
-            yield m
-
     def _check_receive(self) -> None:
-        self.session._check_open()
-        if self._closed:
+        self.session.check_open()
+        if self.closed:
             raise IllegalStateError("consumer is closed")
-        if self._listener is not None:
+        if self.listener is not None:
             raise IllegalStateError("receive() is not allowed while a message listener is set")
 
-    # --- the claim
-    def _claim_next(self, read_body: bool = True) -> Delivery | None:
-        """Try names in order until one claim succeeds; None when target/ has nothing for us."""
+    def claim_next(self, read_body: bool = True) -> Delivery | None:
+        """Claim names in order until one's body reads (or opens, without ``read_body``); an
+        unreadable one is quarantined to error/.  None when target/ has nothing for us."""
         self.session.connection.check_lease("receive")
         self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
-        while (claim := self._claimer.claim_next()) is not None:
-            d = self._deliver(claim, read_body)
-            if d is not None:
-                return d
-        return None
-
-    def _deliver(self, claim: Claim, read_body: bool = True) -> Delivery | None:
-        """The delivery of a message just claimed: its body read (or opened); an unreadable
-        one is quarantined to error/ (None)."""
         box = self.box
-        pname, claimed, header = claim
-        body_file = None
-        try:
-            if read_body:
-                header.body = box.read(State.DELIVERED, pname)
-            else:
-                body_file = box.open_body(State.DELIVERED, pname)
-        except (NotARegularFile, OSError) as exc:
-            from .redelivery import quarantine
+        while (claim := self.claimer.claim_next()) is not None:
+            pname, claimed, header = claim
+            body_file = None
+            try:
+                if read_body:
+                    header.body = box.read(State.DELIVERED, pname)
+                else:
+                    body_file = box.open_body(State.DELIVERED, pname)
+            except (NotARegularFile, OSError) as exc:
+                from .redelivery import quarantine
 
-            quarantine(box, pname, claimed, exc)
-            return None
-        header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
-        header._session = self.session  # type: ignore[attr-defined]
-        return Delivery(box, pname, claimed, header, body_file)
-
-
-def body_of(msg: Message) -> "Body":
-    """A message's body as Python data: str, bytes, dict (MapMessage) or list (StreamMessage)."""
-    if isinstance(msg, TextMessage):
-        return msg.text
-    from .bodies import MapMessage, StreamMessage  # (non-text bodies)
-    if isinstance(msg, MapMessage):
-        return msg.map
-    if isinstance(msg, StreamMessage):
-        return msg.items
-    return msg.body
+                quarantine(box, pname, claimed, exc)
+                continue
+            header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
+            header._session = self.session  # type: ignore[attr-defined]
+            return Delivery(box, pname, claimed, header, body_file)
+        return None

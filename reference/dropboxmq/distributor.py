@@ -46,11 +46,11 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
         for topic in topics_with_incoming(conn.root):
             box = topics.topic_incoming(conn.root, topic)
             consumer = MessageConsumer(session, box, topic, None)
-            session._consumers.append(consumer)
+            session.consumers.append(consumer)
             # the body is streamed from the claimed file into each copy, never held in memory
-            while (d := consumer._claim_next(read_body=False)) is not None:
+            while (d := consumer.claim_next(read_body=False)) is not None:
                 with d.body_file or open(os.devnull, "rb") as body:
-                    session._delivered(d)
+                    session.delivered(d)
                     msg = d.message
                     msg.delivery_mode = DeliveryMode.PERSISTENT
                     targets = topics.fan_out_targets(conn.root, topic, msg, None)
@@ -58,7 +58,7 @@ def distribute_once(conn: Connection, on_file: Callable[[Topic, str, int], None]
                     copy_name = codec.with_delivery_count(d.original_name, None)
                     for target in targets:
                         session_log(session).record("send", target, copy_name)
-                        create_copy(target, copy_name, msg, topic_copy=True, durable=False, source=body)
+                        create_copy(target, copy_name, msg, durable=False, source=body)
                     session.commit()
                 done += 1
                 if on_file is not None:

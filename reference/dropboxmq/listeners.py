@@ -31,19 +31,19 @@ class MessageListener(Protocol):
 
 def listen(consumer: MessageConsumer, listener: Callable[[Message], Any] | MessageListener | None) -> None:
     """``consumer.set_message_listener(listener)``: the session's dispatcher delivers to it."""
-    consumer.session._check_open()
+    consumer.session.check_open()
     if listener is None or callable(listener):
-        consumer._listener = listener
+        consumer.listener = listener
     elif callable(getattr(listener, "on_message", None)):
-        consumer._listener = listener.on_message
+        consumer.listener = listener.on_message
     else:
         raise TypeError(f"a message listener is a callable or has an on_message(message) method; "
                         f"{type(listener).__name__} is neither")
     if listener is not None:
         session = consumer.session
-        if session._dispatcher is None:
-            session._dispatcher = Dispatcher(session)
-        session._dispatcher.wake.set()
+        if session.dispatcher is None:
+            session.dispatcher = Dispatcher(session)
+        session.dispatcher.wake.set()
 
 
 class Dispatcher:
@@ -54,7 +54,7 @@ class Dispatcher:
         self.wake = threading.Event()  # a listener was set, or close() began
         self.stopping = False  # close() began: the dispatcher takes no new message
         self.running: Delivery | None = None  # the message a listener is handling now
-        self.thread = threading.Thread(target=self._loop, name=f"dropboxmq-{session._tag}", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=f"dropboxmq-{session.tag}", daemon=True)
         self.thread.start()
 
     def stop(self, grace: float | None) -> bool:
@@ -76,19 +76,19 @@ class Dispatcher:
     def _loop(self) -> None:
         session = self.session
         wait = 0.001
-        while not (session._closed or self.stopping):
-            if not session.connection._started.is_set():
-                session.connection._started.wait(session.settings.poll_interval)
+        while not (session.closed or self.stopping):
+            if not session.connection.started.is_set():
+                session.connection.started.wait(session.settings.poll_interval)
                 continue
             delivered = False
-            for consumer in list(session._consumers):
-                if consumer._listener is None or consumer._closed:
+            for consumer in list(session.consumers):
+                if consumer.listener is None or consumer.closed:
                     continue
-                with session._lock:
-                    if session._closed or self.stopping:
+                with session.lock:
+                    if session.closed or self.stopping:
                         return
                     try:
-                        d = consumer._claim_next()
+                        d = consumer.claim_next()
                         if d is None:
                             continue
                         delivered = True
@@ -99,18 +99,18 @@ class Dispatcher:
             if delivered:
                 wait = 0.001
             else:
-                with session._lock:
-                    session._flush_lazy_acks()
+                with session.lock:
+                    session.flush_lazy_acks()
                 self.wake.wait(wait)
                 self.wake.clear()
                 wait = min(wait * 2, session.settings.poll_interval)
 
     def _run(self, consumer: MessageConsumer, d: Delivery) -> None:
         session = self.session
-        session._delivered(d, by_listener=True)
+        session.delivered(d, by_listener=True)
         self.running = d
         try:
-            consumer._listener(d.message)  # type: ignore[misc]  # set: the loop checked
+            consumer.listener(d.message)  # type: ignore[misc]  # set: the loop checked
         except Exception:
             log.exception("message listener raised; the message will be redelivered")
             if session.policy.failure == "redeliver":
@@ -118,4 +118,4 @@ class Dispatcher:
             return
         finally:
             self.running = None
-        session._done(d)
+        session.done(d)

@@ -1,6 +1,5 @@
 """MessageProducer: send (CREATE in working/, then SEND to target/, fsynced for persistent
-messages), send_many (one group commit), send_file (a body streamed from a file), and the plain
-Python bodies ``send()`` accepts (str, bytes, dict, list)."""
+messages), send_many (one group commit) and send_file (a body streamed from a file)."""
 
 from __future__ import annotations
 
@@ -13,20 +12,16 @@ from . import codec, ids
 from .codec import to_wire
 from .errors import InvalidDestinationError, StoreError
 from .lifecycle import Move, State
-from .message import (
-    DeliveryMode,
-    Destination,
-    Message,
-    Queue,
-    TextMessage,
-    Topic,
-)
+from .message import DeliveryMode, Destination, Message, Queue, Topic
 from .store import Dropbox, sync_many
 
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["MessageProducer", "create_copy", "Body", "as_message"]
+__all__ = ["MessageProducer", "create_copy", "Body"]
+
+#: What send() and receive_body() accept and return besides Message objects (bodies.as_message).
+Body = Union[str, bytes, dict[str, Any], list[Any]]
 
 
 class MessageProducer:
@@ -61,7 +56,7 @@ class MessageProducer:
         msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
         msg.redelivered, msg.delivery_count = False, 1
         name = to_wire(msg)
-        return msg, name, self.session.connection._boxes_for_send(dest, msg)
+        return msg, name, self.session.connection.boxes_for_send(dest, msg)
 
     def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
              delivery_mode: DeliveryMode | None = None, priority: int | None = None,
@@ -72,11 +67,15 @@ class MessageProducer:
         Either ``send(message[, destination])`` (JMS) or ``send(destination, body)``; a body
         may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
         dict -> MapMessage, list -> StreamMessage."""
-        self.session._check_open()
+        self.session.check_open()
         body, dest = (destination, message) if isinstance(message, (Queue, Topic)) else (message, destination)
         if body is None or isinstance(body, (Queue, Topic)) or not (dest is None or isinstance(dest, (Queue, Topic))):
             raise InvalidDestinationError("send(message[, destination]) or send(destination, body)")
-        prepared = self._prepare(as_message(body), dest, delivery_mode, priority, time_to_live, delivery_delay)
+        if not isinstance(body, Message):
+            from .bodies import as_message  # (plain Python data)
+
+            body = as_message(body)
+        prepared = self._prepare(body, dest, delivery_mode, priority, time_to_live, delivery_delay)
         self._write([prepared])
         return prepared[0]
 
@@ -85,7 +84,7 @@ class MessageProducer:
         """Send the contents of an open regular file (from its start) without reading it into
         memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
         its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
-        self.session._check_open()
+        self.session.check_open()
         from .bodies import BytesMessage  # (non-text bodies)
         msg = BytesMessage() if message is None else message
         msg.body = b""
@@ -95,51 +94,49 @@ class MessageProducer:
 
     def send_many(self, messages: list[Message], destination: Destination | None = None, **kw: Any) -> list[Message]:
         """Bulk send with group commit: fsync each file, rename all, fsync each target/ once."""
-        self.session._check_open()
+        self.session.check_open()
         prepared = [self._prepare(m, destination, **kw) for m in messages]
         self._write(prepared)
         return [m for m, _, _ in prepared]
 
     def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
-        """CREATE every copy, then SEND them.  One copy: fsync the file and target/.
-        Several (bulk send, topic fan-out): group commit — write them all, make them durable
-        together (store.sync_files), rename them all, then one more sync for the directories.
-        ``source``: an open file holding the (one) message's body."""
+        """CREATE every copy, then SEND them.  One copy: fsync the file and target/.  Several
+        (bulk send, topic fan-out): group commit: write them all, make them durable together
+        (groupsync.sync_files), rename them all, then sync each target/ once.  ``source``: an
+        open file holding the (one) message's body."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         session.connection.check_lease("send")
-        with session._lock:
+        with session.lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 from .transaction import session_log
 
                 for msg, name, boxes in prepared:
                     for box in boxes:
                         session_log(session).record("send", box, name, _size(msg.body))
-                        create_copy(box, name, msg, isinstance(msg.destination, Topic), durable=False,
-                                    source=source)
+                        create_copy(box, name, msg, durable=False, source=source)
                 return
-            created: list[tuple[Dropbox, str, bool, bool]] = []  # box, name, durable, topic copy
+            created: list[tuple[Dropbox, str, Message]] = []
             with contextlib.ExitStack() as held:
                 for box in {b.dir(State.NOT_COMMITTED): b for _, _, boxes in prepared for b in boxes}.values():
                     held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
                 try:
                     for msg, name, boxes in prepared:
-                        durable = msg.delivery_mode == DeliveryMode.PERSISTENT
-                        topic_copy = isinstance(msg.destination, Topic)
+                        durable = msg.delivery_mode == DeliveryMode.PERSISTENT and not group
                         for box in boxes:
-                            if create_copy(box, name, msg, topic_copy, durable=durable and not group,
-                                           source=source):
-                                created.append((box, name, durable, topic_copy))
-                    durable_copies = [(box, name) for box, name, durable, _ in created if durable]
+                            if create_copy(box, name, msg, durable, source):
+                                created.append((box, name, msg))
+                    durable_copies = [(box, name) for box, name, msg in created
+                                      if msg.delivery_mode == DeliveryMode.PERSISTENT]
                     if group and durable_copies:  # every file durable before any rename is
                         from .groupsync import sync_files  # (batches and fan-out only)
 
                         sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
                                    sum(_size(m.body) * len(bs) for m, _, bs in prepared))
-                    for box, name, _, topic_copy in created:
-                        _send_created(box, name, topic_copy)
+                    for box, name, msg in created:
+                        _send_created(box, name, msg)
                 except BaseException:
-                    for box, name, *_ in created:  # those already SENT are gone from working/: no-op
+                    for box, name, _ in created:  # those already SENT are gone from working/: no-op
                         box.move(Move.DISCARD, State.NOT_COMMITTED, name)
                     raise
             if durable_copies:
@@ -150,25 +147,24 @@ def _size(body: object) -> int:
     return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
 
 
-def _send_created(box: Dropbox, name: str, topic_copy: bool) -> None:
+def _send_created(box: Dropbox, name: str, msg: Message) -> None:
     """SEND a file this producer just created.  Gone from working/ means someone else moved
     or deleted it (a purge, a foreign sweep): the send failed and must not be reported as done.
     (A subscription removed while we publish takes its working/ with it: that copy is skipped.)"""
     moved = box.move(Move.SEND, State.NOT_COMMITTED, name)
-    if not moved and not (topic_copy and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
+    if not moved and not (isinstance(msg.destination, Topic) and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
         raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ before it "
                          "was sent (moved or deleted by another program)")
 
 
-def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable: bool,
-                source: BinaryIO | None = None) -> bool:
+def create_copy(box: Dropbox, name: str, msg: Message, durable: bool, source: BinaryIO | None = None) -> bool:
     """CREATE one copy (the body from ``source`` if given); a subscription removed while we
     publish is skipped (False)."""
     try:
         box.create(name, msg.body if source is None else source, durable)
     except StoreError as exc:
         if getattr(exc, "errno", None) == errno.ENOENT:
-            if topic_copy:
+            if isinstance(msg.destination, Topic):
                 return False
             if codec.temporary_owner(box.path.parent.name) is not None:  # deleted while we send
                 from .temporary import temporary_gone
@@ -176,29 +172,3 @@ def create_copy(box: Dropbox, name: str, msg: Message, topic_copy: bool, durable
                 raise temporary_gone(msg.destination) from exc
         raise
     return True
-
-
-#: What send() and receive_body() accept and return besides Message objects.
-Body = Union[str, bytes, dict[str, Any], list[Any]]
-
-
-def as_message(body: "Message | Body") -> Message:
-    """The message for a plain body: str -> TextMessage, bytes -> BytesMessage,
-    dict -> MapMessage, list -> StreamMessage; a Message stays itself."""
-    if isinstance(body, Message):
-        return body
-    if isinstance(body, str):
-        return TextMessage(body)
-    from .bodies import BytesMessage, MapMessage, StreamMessage  # (non-text bodies)
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return BytesMessage(bytes(body))
-    if isinstance(body, dict):
-        m = MapMessage()
-        m.map = body
-        return m
-    if isinstance(body, list):
-        s = StreamMessage()
-        s.items = body
-        return s
-    raise TypeError(f"a message body is a Message, str, bytes, dict or list, not {type(body).__name__}")
-

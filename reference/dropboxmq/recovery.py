@@ -43,7 +43,7 @@ from .transaction import CorruptLogError, drop_interrupted_link, log_owner, logg
 log = logging.getLogger("dropboxmq")
 
 __all__ = ["RECOVERERS", "RecoveryReport", "recover", "recoverers", "reclaim_dead_owners", "reclaim_own_leftovers",
-           "redelivery_name", "finish_dead_commits", "recover_owner", "housekeeping"]
+           "redelivery_name", "finish_dead_commits", "recover_owner", "finish_own", "housekeeping"]
 
 
 @dataclass
@@ -333,6 +333,22 @@ def recover_owner(root: Path, client_id: str) -> int:
             except (OSError, StoreError) as exc:  # left for `dropboxmq recover`; the others go on
                 log.warning("cannot finish transaction %s yet: %s", path.name, exc)
     return n
+
+
+def finish_own(root: Path, client_id: str, leftovers: bool = False) -> None:
+    """A connection's own leftovers, at connect and close: the transaction logs of its client id
+    that no open session owns (committed ones forward, the rest back) and, with ``leftovers``, the
+    unacknowledged claims a dead predecessor with this id left.  Best effort: what fails stays for
+    the next connection or `dropboxmq recover`."""
+    try:
+        recover_owner(root, client_id)
+    except (OSError, StoreError) as exc:
+        log.warning("cannot finish the transactions left by client %r: %s", client_id, exc)
+    try:
+        if leftovers:
+            reclaim_own_leftovers(root, client_id)
+    except (OSError, StoreError) as exc:
+        log.warning("cannot redeliver the messages left by client %r: %s", client_id, exc)
 
 
 def housekeeping(root: Path, box: Dropbox, retention_seconds: float | None) -> None:

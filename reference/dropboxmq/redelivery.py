@@ -1,7 +1,7 @@
 """A session gives messages back: ``recover()``, ``dead_letter()``, a listener that raised, an
-AUTO ack that failed, a close with messages still held, an unreadable message; and picks the
-messages given to acknowledge/recover/dead_letter among those it holds.  Imported when that
-first happens: a session whose messages are all acknowledged never needs it."""
+AUTO ack that failed, a close with messages still held, an unreadable message; picks the
+messages given to acknowledge/recover/dead_letter among those it holds; and the errors of acks
+that failed.  Imported when that first happens: a session whose acks all work never needs it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .session import Session
     from .store import Dropbox
 
-__all__ = ["held", "redeliver", "recover", "dead_letter", "quarantine", "taken_error"]
+__all__ = ["held", "redeliver", "return_failed_ack", "recover", "dead_letter", "quarantine", "taken_error",
+           "ack_not_durable"]
 
 log = logging.getLogger("dropboxmq")
 
@@ -26,13 +27,13 @@ log = logging.getLogger("dropboxmq")
 def held(session: Session, messages: tuple[Message, ...]) -> tuple[list[Delivery], list[Delivery]]:
     """The session's unacked deliveries of ``messages`` (all of them when none is given), and the rest."""
     if not messages:
-        return session._unacked, []
+        return session.unacked, []
     wanted = {id(m) for m in messages}
-    chosen = [d for d in session._unacked if id(d.message) in wanted]
+    chosen = [d for d in session.unacked if id(d.message) in wanted]
     if len(chosen) != len(wanted):
         raise IllegalStateError("a message given is not held by this session: it was never received here, "
                                 "or is already acknowledged, recovered or dead-lettered")
-    return chosen, [d for d in session._unacked if id(d.message) not in wanted]
+    return chosen, [d for d in session.unacked if id(d.message) not in wanted]
 
 
 def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = False) -> None:
@@ -41,29 +42,38 @@ def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = Fal
     ``redelivery_delay * redelivery_backoff ** (deliveries - 1)``, at most ``max_redelivery_delay``."""
     for d in deliveries:
         d.box.move(Move.REDELIVER, State.DELIVERED, d.processing_name, d.original_name)
-    for c in session._consumers:
+    for c in session.consumers:
         if back_off and c.redelivery_delay > 0:
             for d in deliveries:
                 if c.box.path == d.box.path:
                     delay = min(c.max_redelivery_delay,
                                 c.redelivery_delay * c.redelivery_backoff ** (d.message.delivery_count - 1))
-                    c._claimer.hold_back(d.original_name, c._claimer.clock() + int(delay * 1000))
-        c._claimer.scanner.invalidate()
+                    c.claimer.hold_back(d.original_name, c.claimer.clock() + int(delay * 1000))
+        c.claimer.scanner.invalidate()
+
+
+def return_failed_ack(session: Session, d: Delivery) -> None:
+    """An AUTO ack of ``d`` failed (ENOSPC...): back to target/, or if that fails too, held for
+    close() to redeliver."""
+    try:
+        redeliver(session, [d])
+    except StoreError:
+        session.unacked.append(d)
 
 
 def recover(session: Session, messages: tuple[Message, ...], back_off: bool) -> None:
-    with session._lock:
-        session._check_open()
+    with session.lock:
+        session.check_open()
         if session.transacted:
             raise IllegalStateError("recover() is not allowed in a transacted session; use rollback()")
         chosen, kept = held(session, messages)
         redeliver(session, chosen, back_off)
-        session._unacked = kept
+        session.unacked = kept
 
 
 def dead_letter(session: Session, messages: tuple[Message, ...]) -> None:
-    with session._lock:
-        session._check_open()
+    with session.lock:
+        session.check_open()
         if session.transacted:
             raise IllegalStateError("dead_letter() is not allowed in a transacted session")
         if not messages:
@@ -71,7 +81,7 @@ def dead_letter(session: Session, messages: tuple[Message, ...]) -> None:
         chosen, kept = held(session, messages)
         for d in chosen:
             d.box.move(Move.DEAD_LETTER, State.DELIVERED, d.processing_name)
-        session._unacked = kept
+        session.unacked = kept
 
 
 def quarantine(box: Dropbox, pname: str, claimed: str, exc: Exception) -> None:
@@ -93,3 +103,17 @@ def taken_error(taken: list[Delivery]) -> MessageTakenError:
         f"{len(taken)} message(s) not acknowledged: recovery took them back from this client "
         f"(presumed dead: lease or lock lost) and they are delivered again: {', '.join(ids[:5])}"
         f"{' ...' if len(ids) > 5 else ''}", ids)
+
+
+def ack_not_durable(exc: OSError, count: int, durable_ack: bool) -> None:
+    """The fsync of ``count`` acks failed.  With a durable ack (acknowledge()) a StoreError: it
+    must not return before its acks are durable (issue 6: a power loss undid CLIENT acks whose
+    fsync had failed with EIO), and the session keeps them unacked, so a retry syncs again."""
+    if durable_ack:
+        err = StoreError(f"acknowledgement of {count} message(s) is not durable: {exc}")
+        err.errno = exc.errno  # type: ignore[attr-defined]
+        raise err from exc
+    # The renames are done: the messages are acknowledged.  Should a crash undo them, they come
+    # back redelivered (at-least-once), so raising would only make the caller drop a message it
+    # was given (stress fail-at-N, claim call 5).
+    log.warning("acknowledgement of %d message(s) may not survive a crash: %s", count, exc)

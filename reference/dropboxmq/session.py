@@ -1,32 +1,22 @@
 """The JMS session: the producers, consumers and browsers it makes, and its ack mode, whose
 steps are the table of ``ackmode.py`` (JMS semantics, PROTOCOL.md §4, not 1.2's).  What only
-some sessions do lives where it is first used: a transacted session's steps in
-``transaction.py``, giving messages back (recover, dead letters) in ``redelivery.py``, topic
-subscriptions in ``topics.py``, listeners in ``listeners.py``.
+some sessions do lives where it is first used: ``transaction.py``, ``redelivery.py`` (giving
+messages back), ``topics.py``, ``listeners.py``; they use the public attributes below.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from . import codec, layout
+from . import codec
 from .ackmode import POLICY, AckMode
 from .claim import finish
 from .consumer import Delivery, MessageConsumer
-from .errors import IllegalStateError, InvalidDestinationError, MessageTakenError, StoreError
+from .errors import IllegalStateError, MessageTakenError, StoreError
 from .lifecycle import Move, State
-from .message import (
-    DeliveryMode,
-    Destination,
-    Message,
-    Queue,
-    TextMessage,
-    Topic,
-)
+from .message import DeliveryMode, Destination, Message, Queue, TextMessage, Topic
 from .producer import MessageProducer
 from .store import sync_many
 
@@ -40,8 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-log = logging.getLogger("dropboxmq")
-
 
 class Session:
     def __init__(self, connection: Connection, ack_mode: AckMode):
@@ -49,14 +37,14 @@ class Session:
         self.ack_mode = ack_mode
         self.policy = POLICY[ack_mode]  # what an ack, a failure, a recover and a close do (ackmode.py)
         self.settings = connection.settings
-        self._tag = uuid.uuid4().hex[:12]
-        self._tx_seq = 0
-        self._tx: TransactionLog | None = None
-        self._unacked: list[Delivery] = []  # CLIENT, DUPS_OK (lazy) and transacted receives
-        self._consumers: list[MessageConsumer] = []
-        self._closed = False
-        self._lock = threading.RLock()
-        self._dispatcher: Dispatcher | None = None  # made when the first listener is set (listeners.py)
+        self.tag = uuid.uuid4().hex[:12]
+        self.tx_seq = 0
+        self.tx: TransactionLog | None = None
+        self.unacked: list[Delivery] = []  # CLIENT, DUPS_OK (lazy) and transacted receives
+        self.consumers: list[MessageConsumer] = []
+        self.closed = False
+        self.lock = threading.RLock()
+        self.dispatcher: Dispatcher | None = None  # made when the first listener is set (listeners.py)
 
     # --- JMS surface
     @property
@@ -70,26 +58,23 @@ class Session:
         self.close()
 
     def create_producer(self, destination: Destination | None = None) -> "MessageProducer":
-        self._check_open()
+        self.check_open()
         return MessageProducer(self, destination)
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
                         no_local: bool = False) -> "MessageConsumer":
         """A queue consumer, or a topic consumer on a new non-durable subscription."""
-        self._check_open()
+        self.check_open()
         if isinstance(destination, Topic):
             return self._subscribe(destination, None, selector, no_local)
-        owner = codec.temporary_owner(destination.name)
-        if owner is not None and owner != self.connection.client_id:
-            raise InvalidDestinationError(f"{destination} is a temporary queue of another connection")
-        if owner is not None:  # a temporary queue of this connection
-            from .dirs import ensure_dropbox
+        if codec.temporary_owner(destination.name) is not None:
+            from .temporary import consumer_box  # (temporary destinations only)
 
-            box = ensure_dropbox(layout.queue_box(self.connection.root, destination))
+            box = consumer_box(self.connection, destination)
         else:
             box = self.connection.queue_box(destination)
         consumer = MessageConsumer(self, box, destination, selector)
-        self._consumers.append(consumer)
+        self.consumers.append(consumer)
         return consumer
 
     def create_durable_consumer(self, topic: Topic, name: str, selector: str | None = None,
@@ -106,23 +91,19 @@ class Session:
         """Shared durable subscription: consumers compete; it stays until unsubscribed."""
         return self._subscribe(topic, name, selector, False, durable=True, shared=True)
 
-    def unsubscribe(self, name: str) -> None:
-        """Remove a durable subscription and its messages (error if active or with pending work)."""
-        self._check_open()
-        from . import topics  # (subscriptions: imported when first used)
-
-        topics.unsubscribe(self.connection, name)
-
     def _subscribe(self, topic: Topic, name: str | None, selector: str | None, no_local: bool,
                    durable: bool = False, shared: bool = False) -> "MessageConsumer":
-        self._check_open()
-        from . import topics  # (subscriptions: imported when first used)
+        self.check_open()
+        from .topics import subscribed_consumer  # (subscriptions: imported when first used)
 
-        sub, attachment = topics.subscribe(self.connection, topic, name, selector, no_local, durable, shared)
-        consumer = MessageConsumer(self, sub.box, topic, selector, filter_here=False)  # filtered at fan-out
-        consumer._subscription, consumer._attachment = sub, attachment
-        self._consumers.append(consumer)
-        return consumer
+        return subscribed_consumer(self, topic, name, selector, no_local, durable, shared)
+
+    def unsubscribe(self, name: str) -> None:
+        """Remove a durable subscription and its messages (error if active or with pending work)."""
+        self.check_open()
+        from .topics import unsubscribe
+
+        unsubscribe(self.connection, name)
 
     def create_temporary_queue(self) -> "TemporaryQueue":
         """A queue removed by ``delete()`` or when this connection closes; only this
@@ -137,7 +118,7 @@ class Session:
         return temporary.create_topic(self)
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> "QueueBrowser":
-        self._check_open()
+        self.check_open()
         from .browser import QueueBrowser  # (rarely used: not imported with the session)
 
         return QueueBrowser(self, queue, selector)
@@ -150,16 +131,12 @@ class Session:
         return BytesMessage(body=bytes(data))
 
     def create_map_message(self, values: dict | None = None) -> MapMessage:
-        from .bodies import MapMessage  # (non-text bodies)
-        m = MapMessage()
-        m.map = values or {}
-        return m
+        from .bodies import as_message  # (non-text bodies: a dict makes a MapMessage)
+        return as_message(values or {})  # type: ignore[return-value]
 
     def create_stream_message(self, items: list | None = None) -> StreamMessage:
-        from .bodies import StreamMessage  # (non-text bodies)
-        m = StreamMessage()
-        m.items = items or []
-        return m
+        from .bodies import as_message  # (non-text bodies: a list makes a StreamMessage)
+        return as_message(items or [])  # type: ignore[return-value]
 
     def create_object_message(self, data: bytes = b"") -> ObjectMessage:
         from .bodies import ObjectMessage  # (non-text bodies)
@@ -170,11 +147,10 @@ class Session:
 
     # --- acknowledgement
     def acknowledge(self, *messages: Message) -> None:
-        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2).
-        Given messages, only those (ActiveMQ's individual acknowledge): a worker pool that
-        finishes messages out of order acks each one as it is done."""
-        with self._lock:
-            self._check_open()
+        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2); given
+        messages, only those (ActiveMQ's individual acknowledge: a pool's workers each ack theirs)."""
+        with self.lock:
+            self.check_open()
             if self.transacted:
                 raise IllegalStateError("acknowledge() is not allowed in a transacted session")
             if messages:
@@ -182,14 +158,14 @@ class Session:
 
                 chosen, kept = held(self, messages)
             else:
-                chosen, kept = self._unacked, []
+                chosen, kept = self.unacked, []
             self.connection.check_lease("acknowledge")
             try:
                 self._ack(chosen)
             except MessageTakenError:
-                self._unacked = kept  # the others are acknowledged; the taken ones are not ours
+                self.unacked = kept  # the others are acknowledged; the taken ones are not ours
                 raise
-            self._unacked = kept
+            self.unacked = kept
 
     def dead_letter(self, *messages: Message) -> None:
         """Give up on these unacknowledged messages: move them to error/ (DEAD_LETTER), where an
@@ -201,37 +177,26 @@ class Session:
     def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
         """ACK each delivery; fsync processed/ once per directory for persistent ones.
         MessageTakenError (after the others are acked) for a claim that recovery took away."""
-        touched, taken = [], []
+        touched = []
+        taken: list[Delivery] = []  # (claims.acked_before adds to it)
         for d in deliveries:
             moved = finish(d.box, Move.ACK, d.processing_name)
-            if not moved and not os.path.isdir(d.box.dir(State.DELIVERED)):
-                continue  # its subscription was removed (by another connection): nothing to ack
-            if not moved and not d.acked:
-                from .claims import acked_after_all  # (an ACK's rename answered ENOENT)
+            if not moved:
+                from .claims import acked_before  # (no file to ACK: acked, unsubscribed or taken)
 
-                if not acked_after_all(d.box, d.processing_name, d.original_name):
-                    taken.append(d)  # fenced by construction: recovery renamed our claim away
+                if not acked_before(d, taken):
                     continue
             d.acked = True
             # not moved = acked by an earlier acknowledge() whose sync failed: sync again
-            if (moved or self.policy.durable_ack) and \
-                    d.message.delivery_mode == DeliveryMode.PERSISTENT:
+            if (moved or self.policy.durable_ack) and d.message.delivery_mode == DeliveryMode.PERSISTENT:
                 touched.append((d.box, State.ACKNOWLEDGED))
         if durable and touched:
             try:
                 sync_many(touched)
             except OSError as exc:
-                if self.policy.durable_ack:
-                    # acknowledge() must not return before its acks are durable (issue 6: a
-                    # power loss undid CLIENT acks whose fsync had failed with EIO); the
-                    # session keeps them in its unacked list, so a retry syncs again.
-                    err = StoreError(f"acknowledgement of {len(touched)} message(s) is not durable: {exc}")
-                    err.errno = exc.errno  # type: ignore[attr-defined]
-                    raise err from exc
-                # The renames are done: the messages are acknowledged.  Should a crash undo
-                # them, they come back redelivered (at-least-once), so raising here would only
-                # make the caller drop a message it was given (stress fail-at-N, claim call 5).
-                log.warning("acknowledgement of %d message(s) may not survive a crash: %s", len(touched), exc)
+                from .redelivery import ack_not_durable
+
+                ack_not_durable(exc, len(touched), self.policy.durable_ack)
         if taken and self.policy.taken_is_error:
             from .redelivery import taken_error
 
@@ -258,83 +223,70 @@ class Session:
 
     def close(self, grace: float | None = None) -> None:
         """Close: let a running listener finish (within ``grace`` seconds, see
-        Connection.close), roll back an open transaction, redeliver unacked CLIENT messages,
-        flush DUPS_OK acks."""
-        if self._closed:
+        Connection.close), then the ack mode's *close* step for the messages still held."""
+        if self.closed:
             return
-        overran = self._dispatcher is not None and self._dispatcher.stop(grace)
+        overran = self.dispatcher is not None and self.dispatcher.stop(grace)
         # an overrunning listener holds the lock: clean up without it (its late ack finds nothing)
-        locked = self._lock.acquire(blocking=not overran)
+        locked = self.lock.acquire(blocking=not overran)
         try:
-            if self._closed:
+            if self.closed:
                 return
-            self._closed = True
-            close = self.policy.close
-            if close == "rollback":
+            self.closed = True
+            if self.policy.close == "rollback":
                 from .transaction import rollback_session
 
                 rollback_session(self)
-            elif close == "ack":
-                self._ack(self._unacked)
-            elif self._unacked:
+            elif self.policy.close == "ack":
+                self._ack(self.unacked)
+            elif self.unacked:
                 from .redelivery import redeliver
 
-                redeliver(self, self._unacked)
-            self._unacked = []
-            for consumer in list(self._consumers):
+                redeliver(self, self.unacked)
+            self.unacked = []
+            for consumer in list(self.consumers):
                 consumer.close()  # ends non-durable subscriptions
-            if self in self.connection._sessions:
-                self.connection._sessions.remove(self)
+            if self in self.connection.sessions:
+                self.connection.sessions.remove(self)
         finally:
             if locked:
-                self._lock.release()
+                self.lock.release()
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def check_open(self) -> None:
+        if self.closed:
             raise IllegalStateError("session is closed")
-        self.connection._check_open()
+        self.connection.check_open()
 
-    # --- delivery bookkeeping (called by consumers)
-    def _delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
-        """A consumer claimed ``d`` for this session: the ack mode's *take* step, and for
-        receive() its *done* step too (a listener's comes when the listener returns)."""
-        take = self.policy.take
-        if take == "log":
+    # --- the ack mode's steps (called by consumers and listeners)
+    def delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
+        """A consumer claimed ``d``: the *take* step, and for receive() the *done* step too (a
+        listener's comes when it returns)."""
+        if self.policy.take == "log":
             from .transaction import record_receive
 
             record_receive(self, d)
-        elif take == "hold":
-            self._unacked.append(d)
+        elif self.policy.take == "hold":
+            self.unacked.append(d)
         if not by_listener:
-            self._done(d)  # receive(): done as it returns
+            self.done(d)
 
-    def _done(self, d: Delivery) -> None:
-        """The application is done with ``d``: the ack mode's *done* step."""
-        done = self.policy.done
-        if done == "ack":
-            self._ack_or_return(d)
-        elif done == "batch":
-            self._unacked.append(d)
-            if len(self._unacked) >= self.settings.dups_ok_batch:
-                self._flush_lazy_acks()
-
-    def _ack_or_return(self, d: Delivery) -> None:
-        """AUTO ack of one delivery.  If the ack fails (ENOSPC...), the message goes back
-        to target/ (or, if that fails too, close() redelivers it) and the error surfaces."""
-        try:
-            self._ack([d])
-        except StoreError:
-            from .redelivery import redeliver
-
+    def done(self, d: Delivery) -> None:
+        """The application is done with ``d``: the *done* step."""
+        if self.policy.done == "ack":
             try:
-                redeliver(self, [d])
-            except StoreError:
-                self._unacked.append(d)
-            raise
+                self._ack([d])
+            except StoreError:  # (ENOSPC...): back to target/, and the error surfaces
+                from .redelivery import return_failed_ack
 
-    def _flush_lazy_acks(self) -> None:
+                return_failed_ack(self, d)
+                raise
+        elif self.policy.done == "batch":
+            self.unacked.append(d)
+            if len(self.unacked) >= self.settings.dups_ok_batch:
+                self.flush_lazy_acks()
+
+    def flush_lazy_acks(self) -> None:
         """Ack the batch a DUPS_OK session keeps, without fsync (duplicates are allowed)."""
-        if self.policy.done == "batch" and self._unacked:
-            self._ack(self._unacked, durable=False)
-            self._unacked = []
-
+        if self.policy.done == "batch" and self.unacked:
+            self._ack(self.unacked, durable=False)
+            self.unacked = []

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .store import Dropbox
 
 __all__ = [
-    "TemporaryQueue", "TemporaryTopic", "create_queue", "create_topic", "boxes_for_send", "temporary_gone",
-    "delete", "delete_temporary", "temporary_name",
+    "TemporaryQueue", "TemporaryTopic", "create_queue", "create_topic", "consumer_box", "boxes_for_send",
+    "temporary_gone", "delete", "delete_temporary", "temporary_name",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -67,7 +67,7 @@ def create_queue(session: Session) -> TemporaryQueue:
     connection = session.connection
     q = TemporaryQueue(temporary_name(connection.client_id), connection)
     ensure_dropbox(layout.queue_box(connection.root, q))
-    connection._temporary.append(q)
+    connection.temporary.append(q)
     return q
 
 
@@ -76,8 +76,15 @@ def create_topic(session: Session) -> TemporaryTopic:
     connection = session.connection
     t = TemporaryTopic(temporary_name(connection.client_id), connection)
     os.makedirs(topics.subscriptions_dir(connection.root, t), exist_ok=True)
-    connection._temporary.append(t)
+    connection.temporary.append(t)
     return t
+
+
+def consumer_box(connection: Connection, queue: Queue) -> Dropbox:
+    """The dropbox a consumer of the temporary queue ``queue`` reads: only its connection may."""
+    if codec.temporary_owner(queue.name) != connection.client_id:
+        raise InvalidDestinationError(f"{queue} is a temporary queue of another connection")
+    return ensure_dropbox(layout.queue_box(connection.root, queue))
 
 
 def boxes_for_send(connection: Connection, dest: Destination, header: Message) -> list[Dropbox]:
@@ -96,10 +103,10 @@ def boxes_for_send(connection: Connection, dest: Destination, header: Message) -
 
 def delete(connection: Connection, dest: Destination) -> None:
     """JMS TemporaryQueue/TemporaryTopic.delete(): refused while a consumer uses it."""
-    if any(c.destination == dest and not c._closed for s in connection._sessions for c in s._consumers):
+    if any(c.destination == dest and not c.closed for s in connection.sessions for c in s.consumers):
         raise IllegalStateError(f"{dest} still has an open consumer: close it before delete()")
-    if dest in connection._temporary:
-        connection._temporary.remove(dest)
+    if dest in connection.temporary:
+        connection.temporary.remove(dest)
         delete_temporary(connection.root, dest)
 
 

@@ -47,14 +47,15 @@ from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regula
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
+    from .consumer import MessageConsumer
     from .session import Session
 
 __all__ = [
     "DURABLE", "NON_DURABLE", "SHARED_DURABLE", "SHARED_NON_DURABLE", "META", "CONSUMERS",
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
-    "ancestors", "find_by_name", "subscribe", "open_subscription", "close_consumer", "unsubscribe",
-    "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished", "TOPIC_ROOT",
-    "topic_dir", "topic_incoming", "subscriptions_dir",
+    "ancestors", "find_by_name", "subscribe", "subscribed_consumer", "open_subscription", "close_consumer",
+    "unsubscribe", "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
+    "TOPIC_ROOT", "topic_dir", "topic_incoming", "subscriptions_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -344,11 +345,23 @@ def open_subscription(conn: "Connection", topic: Topic, kind: str, name: str | N
     return sub, attachment
 
 
+def subscribed_consumer(session: Session, topic: Topic, name: str | None, selector: str | None, no_local: bool,
+                        durable: bool, shared: bool) -> MessageConsumer:
+    """A session's topic consumer on its subscription (``subscribe``); it leaves it as it closes."""
+    from .consumer import MessageConsumer  # (the session's module has it loaded)
+
+    sub, attachment = subscribe(session.connection, topic, name, selector, no_local, durable, shared)
+    consumer = MessageConsumer(session, sub.box, topic, selector, filter_here=False)  # filtered at fan-out
+    consumer.on_close = lambda: close_consumer(session, sub, attachment)
+    session.consumers.append(consumer)
+    return consumer
+
+
 def close_consumer(session: Session, sub: Subscription, attachment: Attachment) -> None:
     """A consumer closes: non-durable subscriptions end with their last consumer, and the
     session's unacked messages of one die with it."""
     if sub.info.durable is False:
-        session._unacked = [d for d in session._unacked if d.box.path != sub.box.path]
+        session.unacked = [d for d in session.unacked if d.box.path != sub.box.path]
     attachment.release()
     try:
         kind = sub.info.kind
@@ -387,12 +400,12 @@ def _has_pending_work(conn: "Connection", box: Dropbox) -> bool:
     """Does a session of ``conn`` hold messages of ``box`` in an open transaction or delivered
     and not yet acknowledged?  (DUPS_OK's lazy acks are flushed first.)"""
     rel = os.path.relpath(box.path, conn.root)
-    for s in list(conn._sessions):
-        with s._lock:
-            s._flush_lazy_acks()
-            if s._tx is not None and any(e.box == rel for e in s._tx.entries):
+    for s in list(conn.sessions):
+        with s.lock:
+            s.flush_lazy_acks()
+            if s.tx is not None and any(e.box == rel for e in s.tx.entries):
                 return True
-            if any(d.box.path == box.path for d in s._unacked):
+            if any(d.box.path == box.path for d in s.unacked):
                 return True
     return False
 

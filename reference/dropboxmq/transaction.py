@@ -369,11 +369,11 @@ class TransactionLog:
 
 def session_log(session: Session) -> TransactionLog:
     """The log of ``session``'s open transaction, begun by its first send or receive."""
-    if session._tx is None:
-        session._tx_seq += 1
-        session._tx = TransactionLog(session.connection.root, session.connection.client_id, session._tag,
-                                     session._tx_seq)
-    return session._tx
+    if session.tx is None:
+        session.tx_seq += 1
+        session.tx = TransactionLog(session.connection.root, session.connection.client_id, session.tag,
+                                     session.tx_seq)
+    return session.tx
 
 
 def record_receive(session: Session, d: Delivery) -> None:
@@ -385,32 +385,32 @@ def record_receive(session: Session, d: Delivery) -> None:
 
         redeliver(session, [d])  # not in the log means nobody would ever redeliver it: put it back now
         raise StoreError(f"cannot record the receive in the transaction log: {exc}") from exc
-    session._unacked.append(d)
+    session.unacked.append(d)
 
 
 def end_transaction(session: Session, commit: bool) -> None:
     """``session.commit()`` or ``session.rollback()``."""
-    with session._lock:
-        session._check_open()
+    with session.lock:
+        session.check_open()
         if not session.transacted:
             raise IllegalStateError(f"{'commit' if commit else 'rollback'}() needs a transacted session")
         if not commit:
             return rollback_session(session)
         session.connection.check_lease("commit")
-        tx, session._tx = session._tx, None
-        session._unacked = []
+        tx, session.tx = session.tx, None
+        session.unacked = []
         if tx is not None:
             tx.commit(durable=True)
 
 
 def rollback_session(session: Session) -> None:
     """Roll back the open transaction (rollback(), and a transacted session's close)."""
-    tx, session._tx = session._tx, None
-    session._unacked = []
+    tx, session.tx = session.tx, None
+    session.unacked = []
     if tx is not None:
         tx.rollback()
-    for c in session._consumers:
-        c._claimer.scanner.invalidate()
+    for c in session.consumers:
+        c.claimer.scanner.invalidate()
 
 def box_in_root(root: Path, rel: str) -> Dropbox:
     """The dropbox a log names by its path relative to the root; CorruptLogError if that

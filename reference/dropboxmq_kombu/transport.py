@@ -48,7 +48,7 @@ from dropboxmq import (CLIENT_ACKNOWLEDGE, BytesMessage, Connection, DropboxMQEr
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.layout import INTERNAL, queue_box
 from dropboxmq.lifecycle import Move, State
-from dropboxmq.consumer import body_of
+from dropboxmq.bodies import body_of
 
 __all__ = ["ENVELOPE_TYPE", "Channel", "QoS", "Transport", "foreign_task_payload", "root_of", "topic_for_exchange"]
 

@@ -204,7 +204,7 @@ def _read_box(root: Path, dest: str) -> Dropbox:
 
 
 def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
-    """Where a send writes (the same rule as Connection._boxes_for_send)."""
+    """Where a send writes (the same rule as Connection.boxes_for_send)."""
     if dest.startswith("topic:"):
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:

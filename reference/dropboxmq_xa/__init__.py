@@ -504,11 +504,11 @@ class XASession(Session):
         return Xid(format_id, gtrid, bqual)
 
     def tpc_begin(self, xid: Any) -> None:
-        with self._lock:
-            self._check_open()
+        with self.lock:
+            self.check_open()
             if self._xa_state not in ("idle", "aborted"):
                 raise XAError(f"a branch ({self._xid}) is already {self._xa_state} on this session")
-            if self._tx is not None and self._tx.entries:
+            if self.tx is not None and self.tx.entries:
                 raise XAError("tpc_begin inside an open local transaction: commit or roll it back first")
             x = Xid.of(xid)
             if len(os.fsencode(x.log_name)) > MAX_NAME_BYTES:
@@ -518,13 +518,13 @@ class XASession(Session):
             self._xid, self._xa_state = x, "active"
 
     def tpc_prepare(self) -> None:
-        with self._lock:
-            self._check_open()
+        with self.lock:
+            self.check_open()
             if self._xa_state != "active":
                 raise XAError(f"tpc_prepare needs an active branch (state: {self._xa_state})")
             xid = self._branch_xid()
-            tx, self._tx = self._tx, None
-            self._unacked = []
+            tx, self.tx = self.tx, None
+            self.unacked = []
             ops = [(e.kind, e.box, e.name) for e in tx.entries] if tx is not None else []
             try:
                 prepare_branch(self.connection.root, xid, self.connection.client_id, ops)
@@ -547,12 +547,12 @@ class XASession(Session):
     def tpc_recover(self) -> list[Xid]:
         """The prepared, undecided branches under this root (after finishing what
         is already decided and rolling back what dead owners never prepared)."""
-        self._check_open()
+        self.check_open()
         return recover(self.connection.root)
 
     def _finish(self, xid: Any, commit: bool) -> None:
-        with self._lock:
-            self._check_open()
+        with self.lock:
+            self.check_open()
             if xid is not None:
                 x = Xid.of(xid)
                 if self._xa_state != "idle" and x != self._xid:
@@ -594,8 +594,8 @@ class XASession(Session):
         return self._xid
 
     def _invalidate(self) -> None:
-        for c in self._consumers:
-            c._claimer.scanner.invalidate()
+        for c in self.consumers:
+            c.claimer.scanner.invalidate()
 
     # --- local transactions are refused inside a branch
     def commit(self) -> None:
@@ -611,7 +611,7 @@ class XASession(Session):
     def close(self, grace: float | None = None) -> None:
         """Close: an active branch is rolled back; a prepared one stays prepared
         (it waits for its coordinator's decision)."""
-        with self._lock:
+        with self.lock:
             if self._xa_state in ("prepared", "aborted"):
                 self._xid, self._xa_state = None, "idle"
         super().close(grace)
@@ -623,8 +623,8 @@ class XASession(Session):
 
 def create_xa_session(connection) -> Any:
     """``connection.createXASession()``: a new XA session on ``connection``."""
-    connection._check_open()
+    connection.check_open()
     session = XASession(connection)
-    connection._sessions.append(session)
+    connection.sessions.append(session)
     return session
 

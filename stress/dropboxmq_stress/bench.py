@@ -714,7 +714,7 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
     from dropboxmq.message import Queue
 
     consumer = session.create_consumer(Queue(f"b{n}"))
-    scanner = consumer._claimer.scanner
+    scanner = consumer.claimer.scanner
     listings: list[tuple[float, int, int]] = []  # (seconds, names listed, names to walk)
     relist = scanner.relist
 
