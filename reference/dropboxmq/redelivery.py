@@ -48,7 +48,7 @@ def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = Fal
                     delay = min(c.max_redelivery_delay,
                                 c.redelivery_delay * c.redelivery_backoff ** (d.message.delivery_count - 1))
                     c._claimer.hold_back(d.original_name, c._claimer.clock() + int(delay * 1000))
-        c._claimer.scanner.invalidate()
+        c._claimer.invalidate()
 
 
 def recover(session: Session, messages: tuple[Message, ...], back_off: bool) -> None:
