@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, TypeVar
 
-from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
 from .lifecycle import IllegalMove, Move, State, next_state
 
@@ -145,9 +144,11 @@ class Dropbox:
         and made again)?  Then the held fds are opened again at the next use and the caller tries
         again.  Asked only when a name was not found, so a lost race costs two stat calls."""
         fds = self._fds
-        for state in states if fds else ():
+        if not fds:
+            return False
+        for state in states:
             try:
-                gone = not os.path.samestat(os.fstat(fds[state]), os.lstat(self._dirs[state]))  # type: ignore[index]
+                gone = not os.path.samestat(os.fstat(fds[state]), os.lstat(self._dirs[state]))
             except OSError:
                 gone = True
             if gone:
@@ -199,10 +200,7 @@ class Dropbox:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully, fsync
         it when durable; on any failure the partial file is removed.  ``body`` may be an open
         regular file, copied from offset 0 in chunks (never held in memory whole)."""
-        next_state(State.ABSENT, Move.CREATE)
-        size = len(name) if name.isascii() else len(os.fsencode(name))  # (every encoded name is ASCII)
-        if size > MAX_NAME_BYTES:
-            raise StoreError(f"file name is {size} bytes, over the {MAX_NAME_BYTES}-byte limit")
+        next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
         path = self.file(State.NOT_COMMITTED, name)
         if State.NOT_COMMITTED not in self._plain:
             self._check_plain(State.NOT_COMMITTED)
@@ -365,7 +363,7 @@ def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
-        if flags & os.O_ACCMODE != os.O_RDONLY:  # (O_NONBLOCK means nothing to a regular file's reads)
+        if flags:  # opened to write (O_NONBLOCK means nothing to a regular file's reads)
             os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
