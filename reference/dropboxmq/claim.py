@@ -67,9 +67,7 @@ class Claimer:
 
     def next_retry_in(self) -> float | None:
         """Seconds until a name held back is due again; None when none is held back."""
-        if not self.deferred:
-            return None
-        return max(0.0, (min(self.deferred.values()) - self.clock()) / 1000)
+        return max(0.0, (min(self.deferred.values()) - self.clock()) / 1000) if self.deferred else None
 
     def claim_next(self) -> Claim | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""

@@ -405,7 +405,5 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
         sync_by_method(dirs[0], dirs)
         return
     for d in dirs:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile, with its subscription
             fsync_dir(d)
-        except FileNotFoundError:
-            pass  # gone meanwhile, with its subscription: nothing of it to make durable
