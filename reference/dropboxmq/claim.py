@@ -114,7 +114,7 @@ class Claimer:
         keys.update(zip(fresh, map(codec.sort_key, fresh), strict=True))
         order = [n for n in self._order if n in keys] if gone else self._order
         if fresh:
-            order = order + fresh
+            order = order + fresh if order else fresh
             order.sort(key=keys.__getitem__)
         self._order = order
         skip, only = self.skip, self.only
