@@ -281,13 +281,13 @@ def test_an_acknowledge_whose_rename_outcome_was_unknown_finds_its_own_name(root
         s = c.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         s.create_producer(Q).send(TextMessage(body=b"x"))
         assert s.create_consumer(Q).receive(1).body == b"x"
-        real = store.rename_exclusive
+        real = store.rename_noreplace
 
-        def done_but_enoent(src, dst, *fds):
-            real(src, dst, *fds)
+        def done_but_enoent(src, dst, *args, **kw):
+            real(src, dst, *args, **kw)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", src)
 
-        monkeypatch.setattr(store, "rename_exclusive", done_but_enoent)
+        monkeypatch.setattr(store, "rename_noreplace", done_but_enoent)
         s.acknowledge()
         monkeypatch.undo()
     assert counts(root, "Q1")["processed"] == 1 and counts(root, "Q1")["target"] == 0

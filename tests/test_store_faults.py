@@ -226,12 +226,12 @@ def _path(name: str, dir_fd: int) -> str:
 
 
 def _enospc_for(move_name: str, real):
-    """rename_exclusive (claims, moves out of processing/) that fails with ENOSPC when the destination is ``move_name``/."""
+    """rename_noreplace that fails with ENOSPC when the destination is ``move_name``/."""
 
-    def rename(src, dst, src_dir_fd=-100, dst_dir_fd=-100):  # (a held dropbox renames by name in a dir fd)
+    def rename(src, dst, src_dir_fd=-100, dst_dir_fd=-100, shared=False):  # (a held dropbox: names in dir fds)
         if f"/{move_name}/" in _path(dst, dst_dir_fd):
             raise oserror(errno.ENOSPC, dst)
-        return real(src, dst, src_dir_fd, dst_dir_fd)
+        return real(src, dst, src_dir_fd, dst_dir_fd, shared)
 
     return rename
 
@@ -242,7 +242,7 @@ def test_enospc_on_claim_surfaces_and_loses_nothing(root, monkeypatch):
         s.create_producer(Q).send(TextMessage(body=b"x"))
         box = Dropbox(root / "Q1" / "incoming")
         [name] = box.list(State.NEW)
-        monkeypatch.setattr(store, "rename_exclusive", _enospc_for("processing", store.rename_exclusive))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processing", store.rename_noreplace))
         with pytest.raises(StoreError, match="no space"):
             box.move(Move.CLAIM, State.NEW, name, "a~" + name)
         cons = s.create_consumer(Q)
@@ -263,7 +263,7 @@ def test_enospc_on_client_ack_surfaces_and_loses_nothing(root, monkeypatch):
         cons = s.create_consumer(Q)
         m = cons.receive(1)
         assert cons.receive(1) is not None
-        monkeypatch.setattr(store, "rename_exclusive", _enospc_for("processed", store.rename_exclusive))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
         with pytest.raises(StoreError, match="no space"):
             m.acknowledge()
         assert len(ls(root, "Q1", "processing")) == 2 and ls(root, "Q1", "processed") == []
@@ -277,7 +277,7 @@ def test_enospc_on_auto_ack_surfaces_and_loses_nothing(root, monkeypatch):
         s = c.create_session(ack_mode=AUTO_ACKNOWLEDGE)
         s.create_producer(Q).send(TextMessage(body=b"x"))
         cons = s.create_consumer(Q)
-        monkeypatch.setattr(store, "rename_exclusive", _enospc_for("processed", store.rename_exclusive))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
         with pytest.raises(StoreError, match="no space"):
             cons.receive(1)
         monkeypatch.undo()
@@ -293,7 +293,7 @@ def test_enospc_on_transacted_commit_keeps_messages(root, monkeypatch):
         c.create_session().create_producer(Q).send(TextMessage(body=b"x"))
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(1) is not None
-        monkeypatch.setattr(store, "rename_exclusive", _enospc_for("processed", store.rename_exclusive))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
         with pytest.raises(TransactionInDoubtError, match="no space"):  # past the point of no return
             s.commit()
         monkeypatch.undo()
@@ -311,7 +311,7 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
         s = c.create_session(transacted=True)
         assert s.create_consumer(Q).receive(1) is not None
         s.create_producer(Q).send(TextMessage(body=b"sent"))
-        monkeypatch.setattr(store, "rename_exclusive", _enospc_for("processed", store.rename_exclusive))
+        monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
         with pytest.raises(TransactionInDoubtError, match="no space"):
             s.commit()
         assert len(os.listdir(transaction.transaction_dir(root) / "committing")) == 1

@@ -349,19 +349,19 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
     with Connection(root, "a", Settings(poll_interval=0.002), create=True) as c:
         c.create_session().create_producer(q).send(BytesMessage(body=b"x"))
         cons = c.create_session().create_consumer(q)
-        real_rename = store.rename_exclusive  # (a move out of processing/)
+        real_rename = store.rename_noreplace
 
         def eio(*a, **k):
             raise OSError(errno.EIO, "Input/output error")
 
-        def no_error_dir(src, dst, src_dir_fd=-100, dst_dir_fd=-100):  # (by name in a held dir fd)
+        def no_error_dir(src, dst, src_dir_fd=-100, dst_dir_fd=-100, shared=False):  # (by name in a held dir fd)
             where = dst if dst_dir_fd < 0 else os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), dst)
             if "/error/" in where:
                 raise OSError(errno.EIO, "Input/output error", dst)
-            return real_rename(src, dst, src_dir_fd, dst_dir_fd)
+            return real_rename(src, dst, src_dir_fd, dst_dir_fd, shared)
 
         monkeypatch.setattr(store.Dropbox, "read", eio)
-        monkeypatch.setattr(store, "rename_exclusive", no_error_dir)
+        monkeypatch.setattr(store, "rename_noreplace", no_error_dir)
         with pytest.raises(StoreError):
             cons.receive(0.05)
         monkeypatch.undo()

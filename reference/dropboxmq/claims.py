@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING
 from . import codec
 from .errors import store_error
 from .lifecycle import Move, State
-from .store import REGISTER, Dropbox, fsync_dir, replace_durably
+from .dirs import replace_durably
+from .store import REGISTER, Dropbox, fsync_dir
 
 if TYPE_CHECKING:
     from .consumer import Delivery
@@ -89,7 +90,7 @@ def lookup(box: Dropbox, state: State, name: str, inodes: frozenset[int]) -> Ent
     if not inodes:
         return None
     try:
-        st = box.stat(state, name)
+        st = os.lstat(box.file(state, name))
     except FileNotFoundError:
         return None
     if st.st_ino not in inodes:
@@ -133,7 +134,7 @@ def sweep_stale(box: Dropbox, cutoff: float) -> int:
     for state in (State.NEW, State.DELIVERED):
         for name in box.list(state):
             with contextlib.suppress(FileNotFoundError):
-                live.add(box.stat(state, name).st_ino)
+                live.add(os.lstat(box.file(state, name)).st_ino)
     removed = 0
     for name in names:
         stale = name.endswith(".tmp") if name.startswith(".") else (name.isdigit() and int(name) not in live)
@@ -164,7 +165,7 @@ def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int
     if not codec.needs_alias(client_id, name, claimed):
         return codec.processing_name(client_id, claimed)
     try:
-        st = box.stat(State.NEW, name)
+        st = os.lstat(box.file(State.NEW, name))
         if not counted:
             entry = _read(box, st.st_ino)
             if entry is not None and entry.size == st.st_size and entry.count >= count:
@@ -211,8 +212,8 @@ def acked_after_all(box: Dropbox, pname: str, original: str) -> bool:
     inode = codec.alias_inode(pname)
     try:
         if inode is None:
-            box.stat(State.ACKNOWLEDGED, pname)
+            os.lstat(box.file(State.ACKNOWLEDGED, pname))
             return True
-        return box.stat(State.ACKNOWLEDGED, original).st_ino == inode
+        return os.lstat(box.file(State.ACKNOWLEDGED, original)).st_ino == inode
     except FileNotFoundError:
         return False

@@ -1181,7 +1181,7 @@ def _queue_stats(root: Path, only: tuple[str, ...]) -> dict[str, dict[str, Any]]
     for name, box in _all_dropboxes(root):
         if only and name not in only:
             continue
-        row: dict[str, Any] = {d: box.count(State(d)) for d in STATE_DIRS}
+        row: dict[str, Any] = {d: len(box.list(State(d))) for d in STATE_DIRS}
         row["oldest_age_seconds"] = _oldest_age(box.dir(State.NEW), now)
         stats[name] = row
     return stats

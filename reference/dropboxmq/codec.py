@@ -424,7 +424,7 @@ _SORT_RE = re.compile(r"([+-]?[0-9]{1,12})\.([0-9]{1,30})-[0-9]{1,30}\.")  # the
 def sort_key(name: str) -> int:
     """N-6's order as one int a name (what a consumer keeps per listed name): priority descending,
     then N-5 ids by numeric prefix, then foreign ids, then unparseable names (priority 4).  Equal
-    keys are ordered by name by whoever needs one order (``claim.Scanner``, the browser)."""
+    keys are ordered by name by whoever needs one order (``claim.Claimer``, the browser)."""
     m = _SORT_RE.match(name)  # the usual name: one match, no split_name
     if m is not None and name.count(".") <= 7 and _INT_MIN <= int(m[1]) <= _INT_MAX:
         return ((-int(m[1]) - _INT_MIN) << _KEY_PRIORITY_SHIFT) | int(m[2])

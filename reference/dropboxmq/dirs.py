@@ -1,7 +1,8 @@
 """Directories made under a root, off the message path: a queue's or a subscription's state
 directories (``init``, ``create_queue``, a connection with ``create=True``), the root's own
 internal ones (the clients' registrations, the transaction logs).  Each is made durably and never
-through a symlink: a symlinked internal directory could lead out of the root.
+through a symlink: a symlinked internal directory could lead out of the root.  And small files
+replaced durably in them (``replace_durably``: a claim register entry, a staged log, a manifest).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 
 from .errors import StoreError
 from .lifecycle import STATE_DIRS
-from .store import Dropbox, fsync_dir
+from .store import Dropbox, fsync_dir, write_all
 
-__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir"]
+__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir", "replace_durably"]
 
 
 def ensure_dropbox(box: Dropbox) -> Dropbox:
@@ -87,3 +88,15 @@ def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
     if not is_plain_path(root, path):
         raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
                          "only in plain directories of the root")
+
+
+def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
+    """Write ``data`` to ``tmp`` (created anew), fsync it and rename it over ``path``: a reader
+    sees the whole file or none of it, never half (fsync ``path``'s directory to keep the name)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)

@@ -83,7 +83,7 @@ def _dir_there(dst: str, dir_fd: int | None) -> bool:
 def checked_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
     """rename() after checking that ``dst`` is free: FileExistsError if it is not.
 
-    ``store.rename_exclusive`` without renameat2 (a source other processes may be moving too):
+    ``store.rename_noreplace(shared=True)`` without renameat2 (a source other processes may be moving too):
     the source vanishing in one step is the exclusivity.  Never link() + unlink(): two movers
     can each link the same file under their own names, and the loser's second name (same
     inode) is a stale copy that recovery would later deliver again (the MooseFS duplicates of

@@ -169,7 +169,7 @@ def _sweep_working(root: Path, box, cutoff: float, quarantine: bool, report: Rec
         old = []
         for name in names:
             try:
-                st = box.stat(State.NOT_COMMITTED, name)
+                st = os.lstat(box.file(State.NOT_COMMITTED, name))
             except FileNotFoundError:
                 continue
             try:
@@ -197,7 +197,7 @@ def _linked_names(box, state: State) -> set[tuple[int, str]]:
     out = set()
     for name in box.list(state):
         try:
-            st = box.stat(state, name)
+            st = os.lstat(box.file(state, name))
         except FileNotFoundError:
             continue
         if st.st_nlink > 1:

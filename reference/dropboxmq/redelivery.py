@@ -49,7 +49,7 @@ def redeliver(session: Session, deliveries: list[Delivery], back_off: bool = Fal
                     delay = min(c.max_redelivery_delay,
                                 c.redelivery_delay * c.redelivery_backoff ** (d.message.delivery_count - 1))
                     c.claimer.hold_back(d.original_name, c.claimer.clock() + int(delay * 1000))
-        c.claimer.scanner.invalidate()
+        c.claimer.invalidate()
 
 
 def return_failed_ack(session: Session, d: Delivery) -> None:

@@ -1,11 +1,7 @@
 """The I/O shell: the only module that creates, renames, reads or deletes message files.  Every
 method that moves a file names its ``Move``; the lifecycle table (``lifecycle.py``) decides the
 source and destination directory, so everything above this module thinks in moves, never in paths.
-
-Durability (PROTOCOL.md §6): a PERSISTENT send is create-exclusive in working/, write fully, fsync
-the file, rename into target/ *without replacing* an existing name, fsync target/; NON_PERSISTENT
-skips both fsyncs.  Batches make all their files durable at once (``groupsync.sync_files``),
-rename them all, then fsync each touched directory once (:func:`sync_many`: group commit).
+Durability: PROTOCOL.md §6; batches sync at once (``groupsync``, then :func:`sync_many`).
 """
 
 from __future__ import annotations
@@ -19,15 +15,14 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, TypeVar
+from typing import Any, BinaryIO, Callable, Iterable, TypeVar
 
-from .codec import MAX_NAME_BYTES
 from .errors import StoreError, store_error
 from .lifecycle import IllegalMove, Move, State, next_state
 
-__all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "rename_exclusive", "fsync_dir",
-           "Dropbox", "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "replace_durably",
-           "is_real_dir", "sync_many"]
+__all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "fsync_dir", "Dropbox",
+           "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "write_all", "is_real_dir",
+           "sync_many"]
 
 _T = TypeVar("_T")
 
@@ -36,63 +31,38 @@ REGISTER = ".claims"
 
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-# ---------------------------------------------------------------- rename without replace
-
-_RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-# int renameat2(int, const char *, int, const char *, unsigned int): called with two ints, two
-# bytes and a small int, which ctypes passes as such without argtypes (declaring them costs
-# ~0.9 µs of conversion a call, on a path that makes two calls a message)
-renameat2 = getattr(_libc, "renameat2", None)
+# renameat2(int, const char *, int, const char *, unsigned int): ctypes passes ints and bytes as
+# such without argtypes (declaring them costs a conversion a call, two calls a message)
+renameat2: Any = getattr(_libc, "renameat2", None)
 noreplace_supported = renameat2 is not None
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
-def _renameat2_noreplace(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> bool:
-    """renameat2(RENAME_NOREPLACE): True when done, False where the kernel or the file system
-    does not have it (then ``noreplace_supported`` turns False for the process)."""
+def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD,
+                     shared: bool = False) -> None:
+    """Atomically rename ``src`` to ``dst`` (with directory fds: names in them); FileExistsError if
+    ``dst`` exists.  ``shared``: other processes may move the same source at once (a CLAIM, a move
+    out of processing/): exactly one succeeds, the others get FileNotFoundError.  Where renameat2
+    (RENAME_NOREPLACE) is missing: netfs.py (``shared``: never link()+unlink(), see there)."""
     global noreplace_supported
-    if not noreplace_supported or renameat2 is None:
-        return False
-    if type(src) is str and type(dst) is str:  # os.fsencode without its Python-level checks
-        src_b, dst_b = src.encode(_FS_ENCODING, _FS_ERRORS), dst.encode(_FS_ENCODING, _FS_ERRORS)
-    else:
-        src_b, dst_b = os.fsencode(src), os.fsencode(dst)
-    if renameat2(src_dir_fd, src_b, dst_dir_fd, dst_b, _RENAME_NOREPLACE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        raise OSError(err, os.strerror(err), src, None, dst)
-    noreplace_supported = False  # every network file system measured answers EINVAL (issue 28)
-    return False
+    if noreplace_supported:  # (str.encode: os.fsencode without its Python-level checks)
+        if renameat2(src_dir_fd, src.encode(_FS_ENCODING, _FS_ERRORS), dst_dir_fd,
+                     dst.encode(_FS_ENCODING, _FS_ERRORS), 1) == 0:  # 1: RENAME_NOREPLACE
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), src, None, dst)
+        noreplace_supported = False  # every network file system measured answers EINVAL (issue 28)
+    from . import netfs  # (no renameat2 here: a network file system)
+
+    rename = netfs.checked_rename if shared else netfs.link_rename
+    rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def _dir_fd(fd: int) -> int | None:
     return None if fd == _AT_FDCWD else fd
-
-
-def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """Atomically rename ``src`` to ``dst``; FileExistsError if ``dst`` exists.  With directory
-    fds, ``src`` and ``dst`` are names in those directories (no path walk).  For a source nobody
-    else moves (working/, a log); one that others may be moving at the same time goes by
-    :func:`rename_exclusive`.  Without renameat2: ``netfs.link_rename``."""
-    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        from . import netfs  # (no renameat2 here: a network file system)
-
-        netfs.link_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
-
-
-def rename_exclusive(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD) -> None:
-    """:func:`rename_noreplace` of a source other processes may be moving at the same time (a CLAIM
-    out of target/, every move out of processing/ against a recovery): exactly one of them
-    succeeds, the others get FileNotFoundError and leave nothing behind.  Without renameat2:
-    ``netfs.checked_rename`` (never link()+unlink(): see there)."""
-    if not _renameat2_noreplace(src, dst, src_dir_fd, dst_dir_fd):
-        from . import netfs  # (no renameat2 here: a network file system)
-
-        netfs.checked_rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
 def fsync_dir(path: str) -> None:
@@ -104,9 +74,6 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-# ---------------------------------------------------------------- one dropbox
-
-
 class Dropbox:
     """One directory holding the six state directories (a queue's ``incoming/``, a topic's
     ``.incoming/`` or one subscription)."""
@@ -116,15 +83,11 @@ class Dropbox:
         self.root = None if root is None else Path(root)  # known: dirs.ensure_dropbox makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
-        # hold_dirs(): every state directory open (state -> fd) from the first use until close()
-        self._hold = False
-        self._fds: dict[State, int] | None = None
+        self._fds: dict[State, int] | None = None  # hold_dirs(): state -> fd ({}: not open yet)
 
     def _check_plain(self, state: State) -> None:
-        """Before the first write into a state directory: a symlink there (or for the
-        dropbox itself) could lead out of the root, so nothing is written through it."""
-        if state in self._plain:
-            return
+        """Before the first write into a state directory: a symlink there (or for the dropbox
+        itself) could lead out of the root, so nothing is written through it."""
         for path in (self.path, self._dirs[state]):
             try:
                 if not stat.S_ISDIR(os.lstat(path).st_mode):
@@ -139,16 +102,16 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the six state directories now (not at the first move: a consumer's claims make the
-        same system calls from the first one on, as fail-at-N counts them) and keep them open
-        until :meth:`close`: moves, creates and reads then name files in them (no path walk)."""
-        self._hold = True
+        """Open the six state directories now (a consumer's claims make the same system calls from
+        the first one on, as fail-at-N counts them) and keep them open until :meth:`close`:
+        moves, creates and reads then name files in them (no path walk)."""
+        self._fds = {}
         self._held()
         return self
 
     def close(self) -> None:
         """Close the held directories; later calls walk the path again."""
-        fds, self._fds, self._hold = self._fds, None, False
+        fds, self._fds = self._fds, None
         for fd in (fds or {}).values():
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -158,40 +121,39 @@ class Dropbox:
             self.close()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fds": None}  # fds do not travel to another process
+        return {**self.__dict__, "_fds": None if self._fds is None else {}}  # fds stay in this process
 
     def _held(self) -> dict[State, int] | None:
-        """The held fds (opened again after _went_away); None when not held, or when one cannot be
-        opened (a missing directory: the path-based call says what is wrong)."""
+        """The held fds, opened now if need be; None when not held, or when one cannot be opened
+        (a missing directory: the path-based call says what is wrong)."""
         fds = self._fds
-        if fds is None and self._hold:
-            fds = {}
-            try:
-                for state, path in self._dirs.items():
-                    fds[state] = os.open(path, _O_DIR)
-            except OSError:
-                for fd in fds.values():
-                    os.close(fd)
-                return None
-            self._fds = fds
+        if fds is None or fds:
+            return fds
+        try:
+            for state, path in self._dirs.items():
+                fds[state] = os.open(path, _O_DIR)
+        except OSError:
+            for fd in fds.values():
+                os.close(fd)
+            fds.clear()
+            return None
         return fds
 
     def _went_away(self, *states: State) -> bool:
         """Is one of these held directories no longer the one at its path (removed, or moved aside
-        and made again)?  Then every held fd is dropped and the caller tries again.  Asked only
-        when a name was not found, so a lost race costs two stat calls."""
+        and made again)?  Then the held fds are opened again at the next use and the caller tries
+        again.  Asked only when a name was not found, so a lost race costs two stat calls."""
         fds = self._fds
-        if fds is None:
+        if not fds:
             return False
         for state in states:
             try:
-                held, there = os.fstat(fds[state]), os.lstat(self._dirs[state])
-                gone = (held.st_ino, held.st_dev) != (there.st_ino, there.st_dev)
+                gone = not os.path.samestat(os.fstat(fds[state]), os.lstat(self._dirs[state]))
             except OSError:
                 gone = True
             if gone:
                 self.close()
-                self._hold = True
+                self._fds = {}
                 return True
         return False
 
@@ -225,12 +187,9 @@ class Dropbox:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def count(self, state: State) -> int:
-        return len(self.list(state))
-
     def register_inodes(self) -> frozenset[int]:
-        """The inodes the claim register (claims.py) has an entry for, empty when it has none:
-        listed before every walk of target/, so the register is read only when it is not empty."""
+        """The inodes the claim register (claims.py) has an entry for: listed before every walk of
+        target/, so the register is read only when it is not empty."""
         try:
             return frozenset(int(n) for n in os.listdir(self.path / REGISTER) if n.isdigit())
         except (FileNotFoundError, NotADirectoryError):
@@ -241,23 +200,21 @@ class Dropbox:
         """Create ``working/<name>`` exclusively (never following a symlink), write it fully, fsync
         it when durable; on any failure the partial file is removed.  ``body`` may be an open
         regular file, copied from offset 0 in chunks (never held in memory whole)."""
-        next_state(State.ABSENT, Move.CREATE)
-        size = len(name) if name.isascii() else len(os.fsencode(name))  # (every encoded name is ASCII)
-        if size > MAX_NAME_BYTES:
-            raise StoreError(f"file name is {size} bytes, over the {MAX_NAME_BYTES}-byte limit")
+        next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
         path = self.file(State.NOT_COMMITTED, name)
-        self._check_plain(State.NOT_COMMITTED)
+        if State.NOT_COMMITTED not in self._plain:
+            self._check_plain(State.NOT_COMMITTED)
         try:
             fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
         except OSError as exc:
             raise store_error("create", path, exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
-                _write_all(fd, body)
+                write_all(fd, body)
             else:
                 offset = 0  # pread: the source's own offset is untouched
                 while chunk := os.pread(body.fileno(), _COPY_CHUNK, offset):
-                    _write_all(fd, chunk)
+                    write_all(fd, chunk)
                     offset += len(chunk)
             if durable:
                 os.fsync(fd)
@@ -291,16 +248,15 @@ class Dropbox:
         if destination not in plain:
             self._check_plain(destination)
         dst_name = new_name or name
-        fds = None  # without renameat2 the fallback goes by path (as the fault harness counts it)
-        if noreplace_supported:
-            fds = self._fds if self._fds is not None else self._held()
+        # without renameat2 the fallback goes by path (as the fault harness counts it)
+        fds = (self._fds or self._held()) if noreplace_supported else None
         # out of target/ and processing/ others may move the same file: the rename must be exclusive
-        rename = rename_noreplace if source is State.NOT_COMMITTED else rename_exclusive
+        shared = source is not State.NOT_COMMITTED
         try:
             if fds is None:
-                rename(self.file(source, name), self.file(destination, dst_name))
+                rename_noreplace(self.file(source, name), self.file(destination, dst_name), shared=shared)
             else:
-                rename(name, dst_name, fds[source], fds[destination])
+                rename_noreplace(name, dst_name, fds[source], fds[destination], shared)
         except FileNotFoundError:
             if self._went_away(source, destination):
                 return self.move(move, source, name, new_name)
@@ -308,7 +264,8 @@ class Dropbox:
         except FileExistsError:
             from . import collisions  # (a name taken where the message goes: rare)
 
-            return collisions.taken(self, move, self.file(source, name), destination, dst_name, rename)
+            return collisions.taken(self, move, self.file(source, name), destination, dst_name,
+                                    lambda src, dst: rename_noreplace(src, dst, shared=shared))
         except OSError as exc:
             raise store_error(move.name.lower(), self.file(source, name), exc) from exc
         return True
@@ -326,7 +283,7 @@ class Dropbox:
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
         """``call(name, fd of state/)`` when held, else ``call(path, AT_FDCWD)``; by path
         once more when the held directory turns out to have gone away."""
-        fds = self._fds if self._fds is not None else self._held()
+        fds = self._fds or self._held()
         if fds is not None:
             try:
                 return call(name, fds[state])
@@ -335,30 +292,14 @@ class Dropbox:
                     raise
         return call(self.file(state, name), _AT_FDCWD)
 
-    def stat(self, state: State, name: str) -> os.stat_result:
-        return os.lstat(self.file(state, name))
-
 
 _COPY_CHUNK = 1 << 20
 
 
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:  # short writes happen (signals, nearly full disks)
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
-    """Write ``data`` to ``tmp`` (created anew), fsync it and rename it over ``path``: a reader
-    sees the whole file or none of it, never half (fsync ``path``'s directory to keep the name)."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        view = view[os.write(fd, view):]
 
 
 def _open_exclusive(path: str, dir_fd: int) -> int:
@@ -400,30 +341,20 @@ class WorkingLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
+            os.close(self.fd)
+            self.fd = -1
 
 
 def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:
     """Open a file the library expects to be its own regular file (``dir_fd``: ``path`` is a name
     in it): never following a symlink, never blocking (a FIFO opens at once instead of waiting
     for a writer), checked with fstat.  NotARegularFile for anything else."""
-    fd, _ = _open_regular_stat(path, flags, mode, dir_fd)
-    if flags & os.O_ACCMODE != os.O_RDONLY:  # (O_NONBLOCK means nothing to a regular file's reads)
-        try:
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-    return fd
-
-
-_O_REGULAR = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    return _open_regular_stat(path, flags, mode, dir_fd)[0]
 
 
 def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | _O_REGULAR, mode, dir_fd=_dir_fd(dir_fd))
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=_dir_fd(dir_fd))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
@@ -432,30 +363,26 @@ def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+        if flags:  # opened to write (O_NONBLOCK means nothing to a regular file's reads)
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
 
 
-_READ_CAP = 1 << 30  # one read() returns at most 0x7ffff000 bytes on Linux anyway
-
-
 def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
-    """The whole content of a regular file (see :func:`open_regular`), read to its end: one
-    read() of the size fstat reported and a byte more, which comes back short (the end) unless
-    the file is over 2 GiB or grew since (then on to the end, the rest and a byte more at a time)."""
+    """The whole content of a regular file (see :func:`open_regular`): one read() of the size
+    fstat reported and a byte more, which comes back short (the end) unless the file is over
+    1 GiB or grew since (then on to the end)."""
     fd, st = _open_regular_stat(path, os.O_RDONLY, 0, dir_fd)
     try:
-        size = st.st_size
-        data = os.read(fd, min(size + 1, _READ_CAP))
-        if len(data) == size:  # the usual case
+        data = os.read(fd, min(st.st_size + 1, 1 << 30))
+        if len(data) == st.st_size:  # the usual case
             return data
-        chunks, total = [data], len(data)
-        while data:
-            data = os.read(fd, min(max(size - total, 65535) + 1, _READ_CAP))
-            chunks.append(data)
-            total += len(data)
+        chunks = [data]
+        while chunks[-1]:
+            chunks.append(os.read(fd, _COPY_CHUNK))
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -478,7 +405,5 @@ def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
         sync_by_method(dirs[0], dirs)
         return
     for d in dirs:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile, with its subscription
             fsync_dir(d)
-        except FileNotFoundError:
-            pass  # gone meanwhile, with its subscription: nothing of it to make durable

@@ -36,9 +36,8 @@ from .errors import IllegalStateError, JMSException, StoreError
 from .lifecycle import Move, State
 from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
-from .dirs import ensure_plain_dir, is_plain_path
-from .store import (Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace,
-                    replace_durably, sync_many)
+from .dirs import ensure_plain_dir, is_plain_path, replace_durably
+from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
 
 if TYPE_CHECKING:
     from .consumer import Delivery
@@ -410,7 +409,7 @@ def rollback_session(session: Session) -> None:
     if tx is not None:
         tx.rollback()
     for c in session.consumers:
-        c.claimer.scanner.invalidate()
+        c.claimer.invalidate()
 
 def box_in_root(root: Path, rel: str) -> Dropbox:
     """The dropbox a log names by its path relative to the root; CorruptLogError if that

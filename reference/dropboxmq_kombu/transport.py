@@ -279,7 +279,7 @@ class Channel(virtual.Channel):
     def _size(self, queue: str) -> int:
         boxes = [queue_box(self.transport.root, Queue(queue))]
         boxes += [c.box for c in self.subscription_consumers.get(queue, {}).values()]
-        return sum(box.count(State.NEW) for box in boxes if box.exists())
+        return sum(len(box.list(State.NEW)) for box in boxes if box.exists())
 
     def _purge(self, queue: str) -> int:
         """Delete the waiting messages (PURGE); those being processed are never purged."""

@@ -131,7 +131,8 @@ from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.selector import selector_for
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
-from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
+from dropboxmq.dirs import replace_durably
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, sync_many
 from dropboxmq.transaction import (
     LogEntry,
     LogStore,
@@ -1119,8 +1120,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
         assert self._claimer is not None
-        self._claimer.scanner.only = set(self.box.list(State.NEW))
-        self._claimer.scanner.invalidate()
+        self._claimer.only = set(self.box.list(State.NEW))
+        self._claimer.invalidate()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()

@@ -595,7 +595,7 @@ class XASession(Session):
 
     def _invalidate(self) -> None:
         for c in self.consumers:
-            c.claimer.scanner.invalidate()
+            c.claimer.invalidate()
 
     # --- local transactions are refused inside a branch
     def commit(self) -> None:

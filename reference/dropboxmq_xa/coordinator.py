@@ -53,7 +53,8 @@ from typing import Any, Callable, Mapping
 
 from dropboxmq import codec
 from dropboxmq.errors import DropboxMQError
-from dropboxmq.store import fsync_dir, replace_durably
+from dropboxmq.dirs import replace_durably
+from dropboxmq.store import fsync_dir
 from . import DEFAULT_FORMAT_ID
 
 __all__ = [

@@ -335,7 +335,7 @@ def consistency(root: str | Path) -> dict:
                 try:
                     import stat as _st
 
-                    if not _st.S_ISREG(box.stat(state, name).st_mode):
+                    if not _st.S_ISREG(os.lstat(box.file(state, name)).st_mode):
                         report["not-regular"].append(f"{display}/{state_dir}/{name}")
                 except FileNotFoundError:
                     continue  # moved while we looked: a live root

@@ -714,16 +714,16 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
     from dropboxmq.message import Queue
 
     consumer = session.create_consumer(Queue(f"b{n}"))
-    scanner = consumer.claimer.scanner
+    claimer = consumer.claimer
     listings: list[tuple[float, int, int]] = []  # (seconds, names listed, names to walk)
-    relist = scanner.relist
+    relist = claimer.relist
 
     def timed_relist() -> None:
         t0 = time.perf_counter()
         relist()
-        listings.append((time.perf_counter() - t0, len(scanner.keys), len(scanner.walk)))
+        listings.append((time.perf_counter() - t0, len(claimer.keys), len(claimer.walk)))
 
-    scanner.relist = timed_relist  # type: ignore[method-assign]
+    claimer.relist = timed_relist  # type: ignore[method-assign]
     label = f"backlog {_label_n(n)}: consume"
     task = bench.task(label, total=sample * bench.phase_rounds)
     t0 = time.perf_counter()
@@ -740,7 +740,7 @@ def _backlog_sample(bench: Bench, session, n: int, sample: int) -> None:
     list_seconds = sum(s for s, _, _ in listings)
     claim_ack = max(total - list_seconds, 1e-9) / got
     if len(listings) < 2:
-        scanner.relist()  # one warm listing (keys cached, as every listing after a consumer's first)
+        claimer.relist()  # one warm listing (keys cached, as every listing after a consumer's first)
     consumer.close()
     first_s, first_n, first_batch = listings[0]
     warm = [s for s, _, _ in listings[1:]]

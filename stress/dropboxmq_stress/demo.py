@@ -82,8 +82,8 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
              show_progress: bool = False) -> bool:
     root = Path(root)
     box = ensure_dropbox(layout.queue_box(root, Queue(queue)))
-    before = box.count(State.ACKNOWLEDGED)
-    if box.count(State.NEW) or box.count(State.DELIVERED):
+    before = len(box.list(State.ACKNOWLEDGED))
+    if box.list(State.NEW) or box.list(State.DELIVERED):
         console.print(f"[yellow]{queue} has waiting messages from an earlier run; they are consumed too[/yellow]")
     run = uuid.uuid4().hex[:8]
     ctx = mp.get_context("fork")
@@ -104,7 +104,7 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
         task = progress.add_task("", total=messages)
 
         def tick() -> None:
-            progress.update(task, completed=box.count(State.ACKNOWLEDGED) - before)
+            progress.update(task, completed=len(box.list(State.ACKNOWLEDGED)) - before)
 
         reports = _collect(results, len(prods), tick, cons + prods)
         done.set()
@@ -127,7 +127,7 @@ def run_demo(root: Path, queue: str, producers: int, consumers: int, messages: i
     lost = len(expected - seen.keys())
     unexpected = len({k for k in seen if k[0] == run} - expected)
     earlier = sum(c for k, c in seen.items() if k[0] != run)
-    counts = {d: box.count(State(d)) for d in STATE_DIRS}
+    counts = {d: len(box.list(State(d))) for d in STATE_DIRS}
     processed_now = counts["processed"] - before
     console.print(f"sent {sum(shares)}, processed {sum(seen.values())} in {elapsed:.2f} s "
                   f"({sum(seen.values()) / elapsed:,.0f} msg/s end to end)")
