@@ -41,7 +41,7 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: (claims.acked_before, redelivery's ack errors, topics.subscribed_consumer,
 #: temporary.consumer_box, bodies.as_message/body_of, recovery.finish_own); store's two renames
 #: became one rename_noreplace(shared=), the Scanner and the Claimer one Claimer, replace_durably
-#: moved to dirs.py and store's doubled name-length check, count and stat went: 2619.
+#: moved to dirs.py and store's doubled name-length check, count and stat went: 2,619.
 CEILING = 2619
 
 
