@@ -190,6 +190,35 @@ def _destination(options: Any) -> str:
     return dest
 
 
+def _int_option(options: Any, name: str, default: int, minimum: int, note: str = "") -> int:
+    """Option ``name`` as a whole number >= ``minimum`` (``default`` when not given or empty).
+    Shared by the readers and writers: bad input is one line naming the option and its value."""
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = minimum - 1
+    if value < minimum:
+        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a whole number >= {minimum}{note}")
+    return value
+
+
+def _seconds_option(options: Any, name: str, default: float) -> float:
+    """Option ``name`` as a finite number of seconds >= 0 (``default`` when not given or empty)."""
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 <= value < math.inf:  # (NaN fails every comparison)
+        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a number of seconds >= 0")
+    return value
+
+
 def _read_box(root: Path, dest: str) -> Dropbox:
     """The dropbox a reader looks at."""
     if dest.startswith("topic:"):
@@ -350,9 +379,15 @@ _TASK_MESSAGES = 25_000
 _MIN_TASK_MESSAGES = 2_500
 
 
+def _partitions_option(options: Any) -> int:
+    """``numPartitions`` (0: not given); the readers check it when made, before any claim."""
+    return _int_option(options, "numPartitions", 0, 1)
+
+
 def _default_partitions(options: Any, count: int) -> int:
-    if options.get("numPartitions"):
-        return max(1, int(options["numPartitions"]))
+    given = _partitions_option(options)
+    if given:
+        return given
     tasks = math.ceil(count / _TASK_MESSAGES)
     if count >= 2 * _MIN_TASK_MESSAGES:
         tasks = max(tasks, 2)
@@ -435,6 +470,7 @@ class DropboxMQBatchReader(DataSourceReader):
         self.include = include
         sel = options.get("selector")
         self.selector = selector_for(sel)
+        _partitions_option(options)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
@@ -1033,6 +1069,14 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.root = _root(options)
         self.dest = _destination(options)
         self.checkpoint = _source_checkpoint(options)
+        # the numeric options, checked before anything is created or claimed
+        self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", DEFAULT_MESSAGES_PER_TRIGGER, 0,
+                                           " (0: no limit)")
+        self.max_attempts = _int_option(options, "maxDeliveryAttempts", 10, 1)
+        self.recovery_interval = _seconds_option(options, "recoveryInterval", 2.0)
+        self.scan_interval = _seconds_option(options, "scanInterval", 0.25)  # as Settings.scan_interval
+        self.registration_timeout = _seconds_option(options, "registrationTimeout", 60.0)
+        _partitions_option(options)
         # SCHEMA (Spark's default): tasks yield Arrow record batches built column-wise
         self.schema = schema if schema is not None and schema.fieldNames() == COLUMNS else None
         self.box = _read_box(self.root, self.dest)
@@ -1040,11 +1084,6 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ensure_dropbox(self.box)
         # the query's client id: given (clientId), else derived from its checkpoint
         self.client_id = options.get("clientId") or f"spark-{_checkpoint_hash(options, 'source')}"
-        per_trigger = options.get("maxMessagesPerTrigger")
-        self.max_per_trigger = DEFAULT_MESSAGES_PER_TRIGGER if per_trigger is None else int(per_trigger)
-        self.max_attempts = int(options.get("maxDeliveryAttempts") or 10)
-        self.recovery_interval = float(options.get("recoveryInterval") or 2.0)
-        self.scan_interval = float(options.get("scanInterval") or 0.25)  # as Settings.scan_interval
         sel = options.get("selector")
         self.selector_text = sel if sel and sel.strip() else None
         self.options = options
@@ -1062,7 +1101,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ensure_layout(self.root)
         os.makedirs(self.dir, exist_ok=True)
         hold_for_checkpoint(self.root, self.client_id, self.checkpoint)  # before the first claim
-        deadline = time.monotonic() + float(self.options.get("registrationTimeout") or 60)
+        deadline = time.monotonic() + self.registration_timeout
         while True:
             try:
                 self._registration = Registration(self.root, self.client_id)
