@@ -112,14 +112,13 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from dropboxmq import claims, codec, ids, javanum, layout, topics
+from dropboxmq import claims, codec, ids, javanum, layout
 from dropboxmq.clients import Registration
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
 from dropboxmq.bodies import message_for_letter
-from dropboxmq.browser import in_delivery_order
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
 from dropboxmq.values import Property, infer_letter
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
@@ -127,7 +126,6 @@ from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms, to_wire
 from dropboxmq.decision import ClaimSettings
 from dropboxmq.recovery import reclaim_dead_owners
-from dropboxmq.selector import selector_for
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
 from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, replace_durably, sync_many
@@ -222,6 +220,8 @@ def _seconds_option(options: Any, name: str, default: float) -> float:
 def _read_box(root: Path, dest: str) -> Dropbox:
     """The dropbox a reader looks at."""
     if dest.startswith("topic:"):
+        from dropboxmq import topics  # (imported where a topic is named: a query's source process starts sooner)
+
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             if "/" in sub or sub.startswith("."):
@@ -234,6 +234,8 @@ def _read_box(root: Path, dest: str) -> Dropbox:
 def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
     """Where a send writes (the same rule as Connection._boxes_for_send)."""
     if dest.startswith("topic:"):
+        from dropboxmq import topics
+
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             raise ValueError("write to a topic (topic:NAME), not to one of its subscriptions")
@@ -468,12 +470,15 @@ class DropboxMQBatchReader(DataSourceReader):
             raise ValueError(f"dropboxmq: unknown include {sorted(unknown)} "
                              "(processing, processed, expired, error, working, delayed, all)")
         self.include = include
-        sel = options.get("selector")
-        self.selector = selector_for(sel)
+        from dropboxmq.selector import selector_for
+
+        self.selector = selector_for(options.get("selector"))
         _partitions_option(options)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
+        from dropboxmq.browser import in_delivery_order
+
         now = now_ms()
         items: list[tuple[str, str]] = []
         for name in in_delivery_order(self.box.list(State.NEW)):
@@ -1111,7 +1116,11 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     raise  # the same checkpoint is in use by a live query
                 time.sleep(0.2)  # a killed predecessor's process may still be exiting
         # claims, acks and redeliveries name files relative to the held state directories
-        selector = selector_for(self.selector_text)
+        selector = None
+        if self.selector_text is not None:  # the parser is imported only for a selector
+            from dropboxmq.selector import selector_for
+
+            selector = selector_for(self.selector_text)
         self._claimer = Claimer(self.box.hold_dirs(), self.client_id, ClaimSettings(selector, self.max_attempts),
                                 self.scan_interval)
         self._commit_what_spark_committed()  # the sink has them: acknowledge
