@@ -112,7 +112,7 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from dropboxmq import claims, codec, ids, javanum, layout
+from dropboxmq import claims, codec, ids, javanum, layout, topics
 from dropboxmq.clients import Registration
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
@@ -220,8 +220,6 @@ def _seconds_option(options: Any, name: str, default: float) -> float:
 def _read_box(root: Path, dest: str) -> Dropbox:
     """The dropbox a reader looks at."""
     if dest.startswith("topic:"):
-        from dropboxmq import topics  # (imported where a topic is named: a query's source process starts sooner)
-
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             if "/" in sub or sub.startswith("."):
@@ -234,8 +232,6 @@ def _read_box(root: Path, dest: str) -> Dropbox:
 def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
     """Where a send writes (the same rule as Connection._boxes_for_send)."""
     if dest.startswith("topic:"):
-        from dropboxmq import topics
-
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             raise ValueError("write to a topic (topic:NAME), not to one of its subscriptions")
