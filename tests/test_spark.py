@@ -457,6 +457,20 @@ def test_missing_root_or_checkpoint_is_one_line_naming_the_option(spark, tmp_pat
             "(the same DIR as the query's)") in str(e.value).splitlines(), str(e.value)
 
 
+def test_a_bad_read_limit_stops_the_query_with_one_line_naming_the_option(spark, tmp_path):
+    send(tmp_path / "root", "q", 3)
+    for value in ("abc", "-5"):  # "-5" was taken as no limit at all
+        ck = str(tmp_path / f"ck{value}")
+        q = (spark.readStream.format("dropboxmq").option("root", str(tmp_path / "root"))
+             .option("checkpointLocation", ck).option("maxMessagesPerTrigger", value).load("q")
+             .writeStream.format("noop").option("checkpointLocation", ck).start())
+        with pytest.raises(PySparkException) as e:  # Spark's, not a TypeError of this test
+            q.awaitTermination(120)
+        assert (f"ValueError: dropboxmq: option maxMessagesPerTrigger='{value}': expected a whole number >= 0 "
+                "(0: no limit)") in str(e.value).splitlines(), str(e.value)
+    assert len(ls(tmp_path / "root", "q", "target")) == 3  # nothing claimed
+
+
 def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     """Claims left by a stopped run: a batch the checkpoint shows committed is acknowledged, a
     logged batch not committed stays claimed and is replayed marked redelivered, a claim no

@@ -358,3 +358,51 @@ def test_a_write_task_names_arrow_rows_exactly_as_the_row_path_does(monkeypatch,
         slow.append((ds._stamp(msg, msg_ttl), msg.body, msg.delivery_mode == DeliveryMode.PERSISTENT))
     assert fast == slow
     assert len({name for name, _, _ in fast}) == len(fast)
+
+
+_WHOLE, _SECONDS = "a whole number >= {}", "a number of seconds >= 0"
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("maxMessagesPerTrigger", "abc", _WHOLE.format(0) + " (0: no limit)"),
+    ("maxMessagesPerTrigger", "-5", _WHOLE.format(0) + " (0: no limit)"),  # was: no limit at all
+    ("maxMessagesPerTrigger", "2.5", _WHOLE.format(0) + " (0: no limit)"),
+    ("maxDeliveryAttempts", "ten", _WHOLE.format(1)),
+    ("maxDeliveryAttempts", "0", _WHOLE.format(1)),  # would dead-letter every message unread
+    ("recoveryInterval", "soon", _SECONDS),
+    ("recoveryInterval", "-1", _SECONDS),
+    ("scanInterval", "nan", _SECONDS),
+    ("scanInterval", "inf", _SECONDS),
+    ("registrationTimeout", "1m", _SECONDS),
+    ("numPartitions", "0", _WHOLE.format(1)),
+    ("numPartitions", "two", _WHOLE.format(1)),
+])
+def test_a_bad_numeric_option_of_a_read_is_one_line_naming_it_and_its_value(tmp_path, option, value, expected):
+    """Each numeric option of a streaming (and a batch) read is checked when the reader is made,
+    before anything is claimed: one line naming the option and the value given, not Python's
+    ``invalid literal for int()``; a negative read limit is refused, not taken as no limit."""
+    from dropboxmq_spark import DropboxMQBatchReader, DropboxMQStreamReader
+
+    Connection(tmp_path / "root", create=True).close()
+    options = {"root": str(tmp_path / "root"), "path": "q", "checkpointLocation": str(tmp_path / "ck"), option: value}
+    readers = [DropboxMQStreamReader] + ([DropboxMQBatchReader] if option == "numPartitions" else [])
+    for reader in readers:
+        with pytest.raises(ValueError) as e:
+            reader(options)
+        assert str(e.value) == f"dropboxmq: option {option}={value!r}: expected {expected}"
+    assert not (tmp_path / "root" / "q").exists()  # refused before the queue was made
+
+
+def test_the_numeric_options_of_a_read_take_what_they_say(tmp_path):
+    from dropboxmq_spark import DropboxMQStreamReader
+
+    Connection(tmp_path / "root", create=True).close()
+    options = {"root": str(tmp_path / "root"), "path": "q", "checkpointLocation": str(tmp_path / "ck")}
+    given = DropboxMQStreamReader({**options, "maxMessagesPerTrigger": " 7 ", "maxDeliveryAttempts": "3",
+                                   "recoveryInterval": "0.5", "scanInterval": "0", "registrationTimeout": "5"})
+    assert (given.max_per_trigger, given.max_attempts, given.recovery_interval, given.scan_interval,
+            given.registration_timeout) == (7, 3, 0.5, 0.0, 5.0)
+    default = DropboxMQStreamReader({**options, "maxDeliveryAttempts": ""})  # empty: not given
+    assert (default.max_attempts, default.recovery_interval, default.scan_interval) == (10, 2.0, 0.25)
+    given.stop()
+    default.stop()

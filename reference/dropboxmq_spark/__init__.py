@@ -119,7 +119,6 @@ from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
 from dropboxmq.bodies import message_for_letter
-from dropboxmq.browser import in_delivery_order
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
 from dropboxmq.properties import infer_letter
 from dropboxmq.values import Property
@@ -128,7 +127,6 @@ from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms, to_wire
 from dropboxmq.decision import ClaimSettings
 from dropboxmq.recovery import reclaim_dead_owners
-from dropboxmq.selector import selector_for
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
 from dropboxmq.dirs import replace_durably
@@ -190,6 +188,35 @@ def _destination(options: Any) -> str:
     if not dest:
         raise ValueError("dropboxmq: name the queue, topic:NAME or topic:NAME!SUBID in load()/save()/start()")
     return dest
+
+
+def _int_option(options: Any, name: str, default: int, minimum: int, note: str = "") -> int:
+    """Option ``name`` as a whole number >= ``minimum`` (``default`` when not given or empty).
+    Shared by the readers and writers: bad input is one line naming the option and its value."""
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = minimum - 1
+    if value < minimum:
+        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a whole number >= {minimum}{note}")
+    return value
+
+
+def _seconds_option(options: Any, name: str, default: float) -> float:
+    """Option ``name`` as a finite number of seconds >= 0 (``default`` when not given or empty)."""
+    raw = options.get(name)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 <= value < math.inf:  # (NaN fails every comparison)
+        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a number of seconds >= 0")
+    return value
 
 
 def _read_box(root: Path, dest: str) -> Dropbox:
@@ -352,9 +379,15 @@ _TASK_MESSAGES = 25_000
 _MIN_TASK_MESSAGES = 2_500
 
 
+def _partitions_option(options: Any) -> int:
+    """``numPartitions`` (0: not given); the readers check it when made, before any claim."""
+    return _int_option(options, "numPartitions", 0, 1)
+
+
 def _default_partitions(options: Any, count: int) -> int:
-    if options.get("numPartitions"):
-        return max(1, int(options["numPartitions"]))
+    given = _partitions_option(options)
+    if given:
+        return given
     tasks = math.ceil(count / _TASK_MESSAGES)
     if count >= 2 * _MIN_TASK_MESSAGES:
         tasks = max(tasks, 2)
@@ -435,11 +468,15 @@ class DropboxMQBatchReader(DataSourceReader):
             raise ValueError(f"dropboxmq: unknown include {sorted(unknown)} "
                              "(processing, processed, expired, error, working, delayed, all)")
         self.include = include
-        sel = options.get("selector")
-        self.selector = selector_for(sel)
+        from dropboxmq.selector import selector_for
+
+        self.selector = selector_for(options.get("selector"))
+        _partitions_option(options)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
+        from dropboxmq.browser import in_delivery_order
+
         now = now_ms()
         items: list[tuple[str, str]] = []
         for name in in_delivery_order(self.box.list(State.NEW)):
@@ -1035,6 +1072,14 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.root = _root(options)
         self.dest = _destination(options)
         self.checkpoint = _source_checkpoint(options)
+        # the numeric options, checked before anything is created or claimed
+        self.max_per_trigger = _int_option(options, "maxMessagesPerTrigger", DEFAULT_MESSAGES_PER_TRIGGER, 0,
+                                           " (0: no limit)")
+        self.max_attempts = _int_option(options, "maxDeliveryAttempts", 10, 1)
+        self.recovery_interval = _seconds_option(options, "recoveryInterval", 2.0)
+        self.scan_interval = _seconds_option(options, "scanInterval", 0.25)  # as Settings.scan_interval
+        self.registration_timeout = _seconds_option(options, "registrationTimeout", 60.0)
+        _partitions_option(options)
         # SCHEMA (Spark's default): tasks yield Arrow record batches built column-wise
         self.schema = schema if schema is not None and schema.fieldNames() == COLUMNS else None
         self.box = _read_box(self.root, self.dest)
@@ -1042,11 +1087,6 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ensure_dropbox(self.box)
         # the query's client id: given (clientId), else derived from its checkpoint
         self.client_id = options.get("clientId") or f"spark-{_checkpoint_hash(options, 'source')}"
-        per_trigger = options.get("maxMessagesPerTrigger")
-        self.max_per_trigger = DEFAULT_MESSAGES_PER_TRIGGER if per_trigger is None else int(per_trigger)
-        self.max_attempts = int(options.get("maxDeliveryAttempts") or 10)
-        self.recovery_interval = float(options.get("recoveryInterval") or 2.0)
-        self.scan_interval = float(options.get("scanInterval") or 0.25)  # as Settings.scan_interval
         sel = options.get("selector")
         self.selector_text = sel if sel and sel.strip() else None
         self.options = options
@@ -1064,7 +1104,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ensure_layout(self.root)
         os.makedirs(self.dir, exist_ok=True)
         hold_for_checkpoint(self.root, self.client_id, self.checkpoint)  # before the first claim
-        deadline = time.monotonic() + float(self.options.get("registrationTimeout") or 60)
+        deadline = time.monotonic() + self.registration_timeout
         while True:
             try:
                 self._registration = Registration(self.root, self.client_id)
@@ -1074,7 +1114,11 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     raise  # the same checkpoint is in use by a live query
                 time.sleep(0.2)  # a killed predecessor's process may still be exiting
         # claims, acks and redeliveries name files relative to the held state directories
-        selector = selector_for(self.selector_text)
+        selector = None
+        if self.selector_text is not None:  # the parser is imported only for a selector
+            from dropboxmq.selector import selector_for
+
+            selector = selector_for(self.selector_text)
         self._claimer = Claimer(self.box.hold_dirs(), self.client_id, ClaimSettings(selector, self.max_attempts),
                                 self.scan_interval)
         self._commit_what_spark_committed()  # the sink has them: acknowledge
