@@ -51,6 +51,7 @@ the library's send.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -60,10 +61,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dropboxmq.extras import require_or_exit
 
@@ -284,11 +286,47 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
     return {k: round(v, 2) for k, v in seconds.items()}
 
 
-def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -> None:
+@contextlib.contextmanager
+def _ticking(what: str, n: int, count: Any = None) -> Iterator[None]:
+    """Around a long Spark action (above PROGRESS_EVERY messages): a progress line a minute, with
+    ``count()`` (e.g. the files written so far) if given; smaller sizes are not disturbed."""
+    if n <= PROGRESS_EVERY:
+        yield
+        return
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(60):
+            progress(f"  {what}: still running" + (f", {count():,} of {n:,}" if count else ""))
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
+def _files(*dirs: Path) -> int:
+    total = 0
+    for d in dirs:
+        try:
+            with os.scandir(d) as entries:
+                total += sum(1 for _ in entries)
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool, n: int = 0) -> None:
     group = f"bench-write-{queue}-{uuid.uuid4().hex[:8]}"  # queue names repeat from one size to the next
     spark.sparkContext.setJobGroup(group, group)
-    (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
-     .mode("append").save(queue))
+    box = root / queue / "incoming"
+    with _ticking(f"Spark write into {queue} (files in working/ + target/)", n,
+                  lambda: _files(box / "working", box / "target")):
+        (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
+         .mode("append").save(queue))
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
     assert len(jobs) == 1, f"a batch write ran {len(jobs)} Spark jobs"  # no count, cache or collect of its own
 
@@ -318,13 +356,13 @@ def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
     written: list[str] = []
     for r in range(rounds):
         spark_q, library_q = ("w", "w-library") if r == 0 else (f"w{r}", f"w-library{r}")
-        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False), pids),
+        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False, n=n), pids),
                 ("library_send", lambda q=library_q: _library_send(root, q, n, persistent=False), None)]
         for key, action, cpu_of in (both if r % 2 == 0 else both[::-1]):
             timed(key, action, cpu_of)
         written += [spark_q, library_q]
     if n <= ROUNDS_UP_TO:  # (a durable round of 1,000,000 takes many minutes a side)
-        timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True), pids)
+        timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True, n=n), pids)
         timed("library_send_durable", lambda: _library_send(root, "wd-library", n, persistent=True), None)
         written += ["wd", "wd-library"]
     for q in written:
@@ -374,14 +412,16 @@ def run(spark: Any, n: int, per_trigger: int | None, parts: tuple[str, ...] = PA
             progress(f"{n:,}: browse")
             load("spark_browse")
             t = time.perf_counter()
-            got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
-                   .agg(F.count("*"), F.sum(F.length("body"))).first())
+            with _ticking("browse", n):
+                got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
+                       .agg(F.count("*"), F.sum(F.length("body"))).first())
             figures["spark_browse"] = n / (time.perf_counter() - t)
             assert tuple(got) == (n, n * BODY_BYTES), got
             progress(f"{n:,}: binaryFile")
             load("binary_file")
             t = time.perf_counter()
-            got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
+            with _ticking("binaryFile", n):
+                got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
             figures["binary_file"] = n / (time.perf_counter() - t)
             assert tuple(got) == (n, n * BODY_BYTES), got
         remove(root / "w")  # the drain's twins need the room (1,000,000 files: ~4 GiB)
