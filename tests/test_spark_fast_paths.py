@@ -409,3 +409,13 @@ def test_the_spark_writer_stamps_by_the_producers_one_rule(tmp_path, monkeypatch
         assert names_by("changed") != library  # the changed rule names otherwise
         library = names_by("changed-library")
     assert sorted(names_by("arrow")) == sorted(names_by("rows")) == library
+
+
+@pytest.mark.parametrize("ttl", [0.0, 60.0])
+@pytest.mark.parametrize("row", [{"body": ""}, {"body": b""}, {"body": "", "seq": 1}, {"body": "", "priority": 7}])
+def test_plain_rows_are_named_from_a_template_not_one_by_one(row, ttl):
+    """A write of plain rows (a text or binary column, maybe a property, no headers) takes the fast
+    path: its header set has a name template (None would send every row down the row path)."""
+    import dropboxmq_spark as ds
+
+    assert ds._template(dict(row), ttl) is not None

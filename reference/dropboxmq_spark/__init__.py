@@ -638,7 +638,7 @@ def _template(row: dict[str, Any], ttl_default: float) -> _Template | None:
     tail = name[len(head) + 3:]
     persistent = msg.delivery_mode == DeliveryMode.PERSISTENT
     exp_at, exp = f".{msg.class_letter}.", str(ttl_ms)
-    if not name.startswith(f"{head}0-0{exp_at}"):
+    if not name.startswith(f"{head}0-0.{msg.class_letter}"):
         t = None
     elif not ttl_ms:
         t = _Template(head, tail, None, 0, persistent)
