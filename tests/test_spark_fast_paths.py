@@ -406,3 +406,63 @@ def test_the_numeric_options_of_a_read_take_what_they_say(tmp_path):
     assert (default.max_attempts, default.recovery_interval, default.scan_interval) == (10, 2.0, 0.25)
     given.stop()
     default.stop()
+
+
+@pytest.mark.parametrize("rule", ["the library's", "a delivery time a ms on", "twice the time to live"])
+def test_the_spark_writer_stamps_by_the_producers_one_rule(tmp_path, monkeypatch, rule):
+    """The Spark writer names a message as MessageProducer.send_many names the same message at
+    the same instant (id and time), on its Arrow path and its row path, because both stamp with
+    the producer's own rule (producer.stamp_send): a different rule there reaches the writer."""
+    import itertools
+
+    import dropboxmq_spark as ds
+    from dropboxmq import ids, producer
+
+    original = producer.stamp_send
+
+    def changed(msg, time_to_live=0.0, delivery_delay=0.0, id_and_time=None):
+        if rule.startswith("twice"):
+            return original(msg, 2 * time_to_live, delivery_delay, id_and_time)
+        return original(msg, time_to_live, delivery_delay + 0.001, id_and_time)
+
+    texts, seqs = [f"m{i}" for i in range(6)], [i % 2 for i in range(6)]
+    batch = pa.RecordBatch.from_arrays([pa.array(texts), pa.array(seqs, pa.int64())], names=["text", "seq"])
+
+    def fixed_ids() -> None:  # from here on, the same ids at the same times
+        clock = itertools.count(1_700_000_000_000)
+        monkeypatch.setattr(ids, "new_message_id_and_time",
+                            lambda: (f"ID:{(ms := next(clock))}000-{ms % 10**10:010d}", ms))
+
+    def names_by(path: str) -> list[str]:
+        if path == "arrow":
+            fixed_ids()
+            return [name for name, _, _ in ds._Namer(60.0).names(batch)]
+        if path == "rows":
+            fixed_ids()
+            return [ds._stamp(*ds._message_from_row(row, 60.0)) for row in ds._batch_rows(batch)]
+        root = tmp_path / path
+        with Connection(root, create=True) as conn:
+            prod = conn.create_session().create_producer(conn.create_queue("q"))
+            fixed_ids()
+            msgs = [TextMessage(text) for text in texts]
+            for m, seq in zip(msgs, seqs, strict=True):
+                m.set_property("seq", seq)
+            prod.send_many(msgs, time_to_live=60.0)
+        return sorted(layout.queue_box(root, Queue("q")).list(State.NEW))
+
+    library = names_by("library")
+    if rule != "the library's":
+        monkeypatch.setattr(producer, "stamp_send", changed)
+        assert names_by("changed") != library  # the changed rule names otherwise
+        library = names_by("changed-library")
+    assert sorted(names_by("arrow")) == sorted(names_by("rows")) == library
+
+
+@pytest.mark.parametrize("ttl", [0.0, 60.0])
+@pytest.mark.parametrize("row", [{"body": ""}, {"body": b""}, {"body": "", "seq": 1}, {"body": "", "priority": 7}])
+def test_plain_rows_are_named_from_a_template_not_one_by_one(row, ttl):
+    """A write of plain rows (a text or binary column, maybe a property, no headers) takes the fast
+    path: its header set has a name template (None would send every row down the row path)."""
+    import dropboxmq_spark as ds
+
+    assert ds._template(dict(row), ttl) is not None

@@ -18,7 +18,7 @@ from .store import Dropbox, sync_many
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["MessageProducer", "create_copy", "Body"]
+__all__ = ["MessageProducer", "stamp_send", "create_copy", "Body"]
 
 #: What send() and receive_body() accept and return besides Message objects (bodies.as_message).
 Body = Union[str, bytes, dict[str, Any], list[Any]]
@@ -50,12 +50,8 @@ class MessageProducer:
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
         if ttl < 0 or delay < 0:
             raise ValueError("time_to_live and delivery_delay must be >= 0")
-        msg.message_id, msg.timestamp = ids.new_message_id_and_time()
         msg.priority, msg.delivery_mode, msg.destination = prio, mode, dest
-        msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
-        msg.delivery_time = msg.timestamp + int(delay * 1000) if delay > 0 else msg.timestamp
-        msg.redelivered, msg.delivery_count = False, 1
-        name = to_wire(msg)
+        name = stamp_send(msg, ttl, delay)
         return msg, name, self.session.connection.boxes_for_send(dest, msg)
 
     def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
@@ -141,6 +137,18 @@ class MessageProducer:
                     raise
             if durable_copies:
                 sync_many((box, State.NEW) for box, _ in durable_copies)
+
+
+def stamp_send(msg: Message, time_to_live: float = 0.0, delivery_delay: float = 0.0,
+               id_and_time: tuple[str, int] | None = None) -> str:
+    """Stamp the headers every send sets -- a new message id and its timestamp (``id_and_time``
+    if given), the expiration and delivery time from them, not redelivered, count 1 -- and return
+    the message's file name.  The one rule of MessageProducer and the Spark writers."""
+    msg.message_id, msg.timestamp = ids.new_message_id_and_time() if id_and_time is None else id_and_time
+    msg.expiration = msg.timestamp + int(time_to_live * 1000) if time_to_live > 0 else 0
+    msg.delivery_time = msg.timestamp + int(delivery_delay * 1000) if delivery_delay > 0 else msg.timestamp
+    msg.redelivered, msg.delivery_count = False, 1
+    return to_wire(msg)
 
 
 def _size(body: object) -> int:

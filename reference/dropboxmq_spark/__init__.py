@@ -112,7 +112,7 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from dropboxmq import claims, codec, ids, javanum, layout, topics
+from dropboxmq import claims, codec, ids, javanum, layout, producer, topics
 from dropboxmq.clients import Registration
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
@@ -124,7 +124,7 @@ from dropboxmq.properties import infer_letter
 from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
-from dropboxmq.codec import from_wire, now_ms, to_wire
+from dropboxmq.codec import from_wire, now_ms
 from dropboxmq.decision import ClaimSettings
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
@@ -626,12 +626,8 @@ def _property_of(value: Any) -> Property:
 
 
 def _stamp(msg: Message, ttl: float) -> str:
-    """Headers stamped at send, exactly as MessageProducer._prepare does."""
-    msg.message_id, msg.timestamp = ids.new_message_id_and_time()
-    msg.expiration = msg.timestamp + int(ttl * 1000) if ttl > 0 else 0
-    msg.delivery_time = msg.timestamp
-    msg.redelivered, msg.delivery_count = False, 1
-    return to_wire(msg)
+    """Headers stamped at send: the library's own rule (MessageProducer's), no delivery delay."""
+    return producer.stamp_send(msg, ttl)
 
 
 class _Attempt(WriterCommitMessage):
@@ -662,28 +658,40 @@ class _Template(NamedTuple):
     persistent: bool
 
 
+#: A message id and its time the template check stamps with (any other would do).
+_CHECK_ID, _CHECK_MS = "ID:1700000000000123-0123456789", 1700000000000
+
+
 def _template(row: dict[str, Any], ttl_default: float) -> _Template | None:
     """The name template of ``row``'s headers (its body only gives the class: a placeholder of
-    its type is enough), built by the row path itself (_message_from_row, to_wire), so the two
-    cannot disagree.  None: a header the template cannot hold (the row path names the row)."""
+    its type is enough), built by the row path itself (_message_from_row, then the send's own
+    rule, stamp_send), so the two cannot disagree: the template is read off a name stamped at
+    time 0 and must give the name stamp_send gives at another time, else None (as for a header
+    the template cannot hold): the row path names the row."""
     msg, ttl = _message_from_row(row, ttl_default)
     ttl_ms = int(ttl * 1000) if ttl > 0 else 0
     if ttl_ms > 1 << 53:  # near the long's end: the row path range-checks the expiration
         return None
-    msg.message_id, msg.timestamp, msg.delivery_time = "ID:0-0", 0, 0
-    msg.expiration = 1 if ttl_ms else 0
     head = f"{msg.priority}."
-    name = to_wire(msg)
+    name = producer.stamp_send(msg, ttl, id_and_time=("ID:0-0", 0))
     tail = name[len(head) + 3:]
-    if not name.startswith(f"{head}0-0.{msg.class_letter}"):
-        return None
     persistent = msg.delivery_mode == DeliveryMode.PERSISTENT
-    if not ttl_ms:
-        return _Template(head, tail, None, 0, persistent)
-    exp_at = f".{msg.class_letter}."
-    if not tail.startswith(exp_at + "1") or tail[len(exp_at) + 1:len(exp_at) + 2] not in ("", "."):
-        return None
-    return _Template(head, exp_at, tail[len(exp_at) + 1:], ttl_ms, persistent)
+    exp_at, exp = f".{msg.class_letter}.", str(ttl_ms)
+    if not name.startswith(f"{head}0-0.{msg.class_letter}"):
+        t = None
+    elif not ttl_ms:
+        t = _Template(head, tail, None, 0, persistent)
+    elif tail.startswith(exp_at + exp) and tail[len(exp_at) + len(exp):][:1] in ("", "."):
+        t = _Template(head, exp_at, tail[len(exp_at) + len(exp):], ttl_ms, persistent)
+    else:
+        t = None
+    checked = producer.stamp_send(msg, ttl, id_and_time=(_CHECK_ID, _CHECK_MS))
+    return t if t is not None and _named(t, _CHECK_ID, _CHECK_MS) == checked else None
+
+
+def _named(t: _Template, mid: str, ms: int) -> str:
+    """The name of a message stamped with id ``mid`` at ``ms`` from its header set's template."""
+    return f"{t.head}{mid[3:]}{t.tail}" if t.rest is None else f"{t.head}{mid[3:]}{t.tail}{ms + t.ttl_ms}{t.rest}"
 
 
 def _key_column(field: Any, column: Any) -> tuple[list, Any] | None:
@@ -777,9 +785,7 @@ class _Namer:
             except TypeError:  # an unhashable value
                 t = None
             if t is not None:
-                mid, ms = new_id()
-                name = (f"{t.head}{mid[3:]}{t.tail}" if t.rest is None
-                        else f"{t.head}{mid[3:]}{t.tail}{ms + t.ttl_ms}{t.rest}")
+                name = _named(t, *new_id())
                 if len(name) <= codec.MAX_NAME_BYTES:  # (every encoded name is ASCII)
                     out.append((name, body, t.persistent))
                     continue

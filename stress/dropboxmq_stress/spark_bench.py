@@ -2,8 +2,13 @@
 side by side with what it competes with, measured in the same run (load on the shared machine
 weighs on both sides of a ratio alike).
 
-Run: ``python -m dropboxmq_stress.spark_bench [--messages N [N ...]] [--json PATH]`` (``make bench``
-runs it with the default sizes).
+Run: ``python -m dropboxmq_stress.spark_bench [--messages N [N ...]] [--parts write browse drain]
+[--json PATH]`` (``make bench`` runs it with the default sizes, 20,000 and 100,000).  Progress
+lines go to stderr (elapsed time, load).  Before starting it checks that the temporary directory's
+file system has the inodes and space the largest size needs at once (the write part keeps its
+queues until it ends; the drain part holds three twins).  Sizes above ROUNDS_UP_TO (100,000) run
+one write round a side and no durable pair, with a 4g driver (binaryFile lists every file into
+its heap); 1,000,000 needs ~2,000,000 files (~8 GiB) at its peak.
 
 For each size N (messages of 100 bytes, one integer property), on fresh queues, timed from the
 call to its end with the session already started and warmed up (a small untimed run of each action):
@@ -16,7 +21,13 @@ call to its end with the session already started and warmed up (a small untimed 
   driver's commit renames).  WRITE_ROUNDS rounds, the two sides back to back and in alternating
   order; each side's rate is from its median round; the load average at each start, and the CPU
   seconds of each side (the library's process; Spark's JVM and every Python process it started)
-  are recorded beside.  The durable batch write is set against the library's persistent
+  are recorded beside.  Every round starts from the same state: each side writes a fresh queue,
+  nothing is deleted until the write part ends, and before each side the dirty pages are written
+  back (``os.sync``) and both garbage collectors run; the write part starts only once the bench's
+  own earlier deletions are FREED_INODES_SETTLE_S old (ext4 without a journal makes new creates
+  scan past recently freed inodes).  Until now rounds 2 and 3 ran right after the deletion of
+  the previous round's 200,000 files, the likeliest cause of the 0.6-2.9x spread of the 100,000
+  rounds (one Spark round used 9 CPU seconds, another 51).  The durable batch write is set against the library's persistent
   send_many (both group commit), one round each (no goal).
 * **browse**: a batch read of the queue (every body read: ``sum(length(body))``) against Spark's
   own ``binaryFile`` source reading the same files (``sum(length(content))``).
@@ -40,7 +51,9 @@ the library's send.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import gc
 import json
 import os
 import platform
@@ -48,24 +61,42 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dropboxmq.extras import require_or_exit
 
 BODY_BYTES = 100
 SEND_BATCH = 1000
 WRITE_ROUNDS = 3
+#: Sizes above it: one write round a side and no durable pair (a round of 1,000,000 takes minutes).
+ROUNDS_UP_TO = 100_000
 GOALS = {"browse": 1.0, "drain": 0.8, "write": 0.8}
+PARTS = ("write", "browse", "drain")
+#: Messages between two progress lines (stderr) inside a long library send.
+PROGRESS_EVERY = 100_000
+#: ext4 without a journal (this machine's /) skips, when it allocates an inode, every free inode
+#: freed in the last 60 s (300 s more while its inode table block is dirty), scanning past each
+#: (fs/ext4/ialloc.c: recently_deleted): after 100,000 files are deleted, the next creates pay
+#: for them (perf: recently_deleted and its buffer lookups were ~40 % of a create's CPU under
+#: churn).  So the bench syncs after each bulk delete and lets the write rounds start only when
+#: its own deletions are older than this.
+FREED_INODES_SETTLE_S = 61.0
+#: Bytes a message file takes at most on disk (a block); the pre-flight check counts with it.
+FILE_BYTES = 4096
 
 
-def _session(partitions: int):
+def _session(partitions: int, driver_memory: str | None = None):
     os.environ.update({"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(f"local[{partitions}]").appName("dropboxmq-spark-bench")
+    builder = SparkSession.builder
+    if driver_memory:  # binaryFile lists every file into the driver's heap (1g by default)
+        builder = builder.config("spark.driver.memory", driver_memory)
+    spark = (builder.master(f"local[{partitions}]").appName("dropboxmq-spark-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              # a Python process Spark starts (a query's source runner) may take longer than the
              # default 15 s to connect back on a machine loaded by other jobs
@@ -99,7 +130,66 @@ def _library_send(root: Path, queue: str, n: int, persistent: bool) -> float:
                 m.set_property("seq", i % 10)
                 batch.append(m)
             producer.send_many(batch, delivery_mode=mode)
+            if n > PROGRESS_EVERY and (start + SEND_BATCH) % PROGRESS_EVERY == 0:
+                progress(f"  library send into {queue}: {start + SEND_BATCH:,} of {n:,}")
         return time.perf_counter() - t
+
+
+_started = time.monotonic()
+_freed_at: float | None = None  # when the bench last deleted files in bulk (monotonic)
+
+
+def progress(what: str) -> None:
+    """One line on stderr: how far a long run is (the results go to stdout)."""
+    print(f"[spark_bench +{time.monotonic() - _started:6.0f} s, load {os.getloadavg()[0]:.1f}] {what}",
+          file=sys.stderr, flush=True)
+
+
+def remove(*paths: Path) -> None:
+    """Delete the bench's files, then sync, so the freed inodes' table blocks are clean (see
+    FREED_INODES_SETTLE_S) and their write-back does not land in a later timed action."""
+    global _freed_at
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+    os.sync()
+    _freed_at = time.monotonic()
+
+
+def settle_freed_inodes() -> float:
+    """Wait until the bench's own last bulk delete is FREED_INODES_SETTLE_S old; returns the wait."""
+    wait = 0.0 if _freed_at is None else max(0.0, FREED_INODES_SETTLE_S - (time.monotonic() - _freed_at))
+    if wait:
+        progress(f"waiting {wait:.0f} s: inodes the bench freed are skipped by new creates for "
+                 f"{FREED_INODES_SETTLE_S:.0f} s (ext4 without a journal)")
+        time.sleep(wait)
+    return round(wait, 1)
+
+
+def _quiesce(spark: Any) -> None:
+    """Before each timed write side: the same starting state for both -- dirty pages written back
+    (os.sync: another side's write-back does not land in this one's time), both collectors run."""
+    os.sync()
+    gc.collect()
+    spark.sparkContext._jvm.java.lang.System.gc()
+
+
+def preflight(where: str, sizes: list[int], parts: tuple[str, ...]) -> dict[str, Any]:
+    """Check that the file system of ``where`` has the inodes and space the largest size needs at
+    its peak (the write rounds' queues, kept until the write part ends; the drain's three twins
+    and its queue); exits with one line if not.  Returns what it counted."""
+    need = 0
+    for n in sizes:
+        rounds = WRITE_ROUNDS if n <= ROUNDS_UP_TO else 1
+        write = n * (2 * rounds + (2 if n <= ROUNDS_UP_TO else 0)) if {"write", "browse"} & set(parts) else 0
+        need = max(need, write, 3 * n if "drain" in parts else 0)
+    st = os.statvfs(where)
+    have_inodes, have_bytes = st.f_favail, st.f_bavail * st.f_frsize
+    checked = {"dir": where, "files_needed": need, "inodes_free": have_inodes,
+               "gib_needed": round(need * FILE_BYTES / 2**30, 1), "gib_free": round(have_bytes / 2**30, 1)}
+    if need * 1.1 > have_inodes or need * FILE_BYTES * 1.1 > have_bytes:
+        sys.exit(f"spark_bench: {where} has {have_inodes:,} free inodes and {checked['gib_free']} GiB; "
+                 f"the largest size needs {need:,} files (~{checked['gib_needed']} GiB) at once")
+    return checked
 
 
 def cpu_seconds(pids: set[int] | None = None) -> float:
@@ -202,11 +292,47 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
     return {k: round(v, 2) for k, v in seconds.items()}
 
 
-def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -> None:
+@contextlib.contextmanager
+def _ticking(what: str, n: int, count: Any = None) -> Iterator[None]:
+    """Around a long Spark action (above PROGRESS_EVERY messages): a progress line a minute, with
+    ``count()`` (e.g. the files written so far) if given; smaller sizes are not disturbed."""
+    if n <= PROGRESS_EVERY:
+        yield
+        return
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(60):
+            progress(f"  {what}: still running" + (f", {count():,} of {n:,}" if count else ""))
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
+def _files(*dirs: Path) -> int:
+    total = 0
+    for d in dirs:
+        try:
+            with os.scandir(d) as entries:
+                total += sum(1 for _ in entries)
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool, n: int = 0) -> None:
     group = f"bench-write-{queue}-{uuid.uuid4().hex[:8]}"  # queue names repeat from one size to the next
     spark.sparkContext.setJobGroup(group, group)
-    (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
-     .mode("append").save(queue))
+    box = root / queue / "incoming"
+    with _ticking(f"Spark write into {queue} (files in working/ + target/)", n,
+                  lambda: _files(box / "working", box / "target")):
+        (rows.write.format("dropboxmq").option("root", str(root)).option("durable", str(durable).lower())
+         .mode("append").save(queue))
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
     assert len(jobs) == 1, f"a batch write ran {len(jobs)} Spark jobs"  # no count, cache or collect of its own
 
@@ -214,34 +340,41 @@ def _spark_write(spark: Any, rows: Any, root: Path, queue: str, durable: bool) -
 def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
     """The batch write against the library's send (see the module docstring): per side, the
     seconds and CPU seconds of each round, the load average at each start, the rate of the
-    median round.  Queue ``w`` keeps the first round's Spark write (the browse reads it)."""
+    median round.  Every side of every round writes a fresh queue and nothing is deleted until
+    the part ends, each side starting after the same quiescing (_quiesce), the bench's earlier
+    deletions settled first: the rounds start from the same state.  Queue ``w`` keeps the first
+    round's Spark write (the browse reads it; the caller deletes it)."""
     pids = _spark_pids(spark)
     sides: dict[str, dict[str, list[float]]] = {}
+    rounds = WRITE_ROUNDS if n <= ROUNDS_UP_TO else 1
+    settled = settle_freed_inodes()
 
     def timed(key: str, action: Any, cpu_of: set[int] | None) -> None:
         side = sides.setdefault(key, {"seconds": [], "cpu_seconds": [], "load": []})
+        _quiesce(spark)
+        progress(f"{n:,}: {key} (round {len(side['seconds']) + 1})")
         side["load"].append(round(os.getloadavg()[0], 1))
         c, t = cpu_seconds(cpu_of), time.perf_counter()
         seconds = action()  # the library's send times its loop alone (not its connection's set-up)
         side["seconds"].append(round(time.perf_counter() - t if seconds is None else seconds, 3))
         side["cpu_seconds"].append(round(cpu_seconds(cpu_of) - c, 2))
 
-    for r in range(WRITE_ROUNDS):
+    written: list[str] = []
+    for r in range(rounds):
         spark_q, library_q = ("w", "w-library") if r == 0 else (f"w{r}", f"w-library{r}")
-        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False), pids),
+        both = [("spark_write", lambda q=spark_q: _spark_write(spark, rows, root, q, durable=False, n=n), pids),
                 ("library_send", lambda q=library_q: _library_send(root, q, n, persistent=False), None)]
         for key, action, cpu_of in (both if r % 2 == 0 else both[::-1]):
             timed(key, action, cpu_of)
-        for q in (spark_q, library_q):
-            assert len(os.listdir(root / q / "incoming" / "target")) == n, q
-            if r:
-                shutil.rmtree(root / q)
-    timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True), pids)
-    timed("library_send_durable", lambda: _library_send(root, "wd-library", n, persistent=True), None)
-    for q in ("wd", "wd-library"):
+        written += [spark_q, library_q]
+    if n <= ROUNDS_UP_TO:  # (a durable round of 1,000,000 takes many minutes a side)
+        timed("spark_write_durable", lambda: _spark_write(spark, rows, root, "wd", durable=True, n=n), pids)
+        timed("library_send_durable", lambda: _library_send(root, "wd-library", n, persistent=True), None)
+        written += ["wd", "wd-library"]
+    for q in written:
         assert len(os.listdir(root / q / "incoming" / "target")) == n, q
-        shutil.rmtree(root / q)
-    out: dict[str, Any] = {}
+    remove(*(root / q for q in written if q != "w"))
+    out: dict[str, Any] = {"rounds": rounds, "settle_wait_s": settled}
     for key, side in sides.items():
         median = statistics.median(side["seconds"])
         out[key] = {**side, "rate": n / median, "cpu_per_message_us": round(
@@ -252,8 +385,10 @@ def _write_figures(spark: Any, root: Path, rows: Any, n: int) -> dict[str, Any]:
     return out
 
 
-def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
+def run(spark: Any, n: int, per_trigger: int | None, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    """One size's figures: the parts asked for (the browse reads the write's queue: it implies it)."""
     from pyspark.sql import functions as F
+    from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
 
     figures: dict[str, float] = {}
     loads: dict[str, float] = {}  # the 1-minute load average as each figure's clock started
@@ -263,35 +398,50 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="dropboxmq-spark-bench-") as tmp:
         root = Path(tmp) / "root"
+        progress(f"{n:,}: warm-up (each action on 100 messages)")
         small = _warm_up(spark, root, tmp)
         rows = spark.range(n).selectExpr(f"rpad(concat('m', cast(id as string)), {BODY_BYTES}, '.') AS text",
                                          "cast(id % 10 as int) AS seq").cache()
         rows.count()
 
-        write = _write_figures(spark, root, rows, n)
-        for key in ("spark_write", "library_send", "spark_write_durable", "library_send_durable"):
-            figures[key] = write[key]["rate"]
-            loads[key] = write[key]["load"][0]
+        write: dict[str, Any] | None = None
+        drain: dict[str, Any] | None = None
+        if "write" in parts or "browse" in parts:
+            write = _write_figures(spark, root, rows, n)
+            for key in ("spark_write", "library_send", "spark_write_durable", "library_send_durable"):
+                if key in write:
+                    figures[key] = write[key]["rate"]
+                    loads[key] = write[key]["load"][0]
 
-        # browse: every body of the queue, against binaryFile on the same files
-        target = str(root / "w" / "incoming" / "target")
-        load("spark_browse")
-        t = time.perf_counter()
-        got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
-               .agg(F.count("*"), F.sum(F.length("body"))).first())
-        figures["spark_browse"] = n / (time.perf_counter() - t)
-        assert tuple(got) == (n, n * BODY_BYTES), got
-        load("binary_file")
-        t = time.perf_counter()
-        got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
-        figures["binary_file"] = n / (time.perf_counter() - t)
-        assert tuple(got) == (n, n * BODY_BYTES), got
+        if "browse" in parts:  # every body of the queue, against binaryFile on the same files
+            target = str(root / "w" / "incoming" / "target")
+            progress(f"{n:,}: browse")
+            load("spark_browse")
+            t = time.perf_counter()
+            with _ticking("browse", n):
+                got = (spark.read.format("dropboxmq").option("root", str(root)).load("w")
+                       .agg(F.count("*"), F.sum(F.length("body"))).first())
+            figures["spark_browse"] = n / (time.perf_counter() - t)
+            assert tuple(got) == (n, n * BODY_BYTES), got
+            progress(f"{n:,}: binaryFile")
+            load("binary_file")
+            t = time.perf_counter()
+            with _ticking("binaryFile", n):
+                got = spark.read.format("binaryFile").load(target).agg(F.count("*"), F.sum(F.length("content"))).first()
+            figures["binary_file"] = n / (time.perf_counter() - t)
+            assert tuple(got) == (n, n * BODY_BYTES), got
+        remove(root / "w")  # the drain's twins need the room (1,000,000 files: ~4 GiB)
 
+        if "drain" not in parts:
+            rows.unpersist()
+            return _result(n, per_trigger or DEFAULT_MESSAGES_PER_TRIGGER, figures, loads, drain, write, small)
         # drain: twin queues of persistent messages, sent alike
+        progress(f"{n:,}: drain: sending its queue and the two twins")
         _library_send(root, "drain", n, persistent=True)
         _library_send(root, "drain-twin", n, persistent=True)
         _library_send(root, "drain-twin-batched", n, persistent=True)
         ckpt, sink = str(Path(tmp) / "ck"), str(Path(tmp) / "sink")
+        progress(f"{n:,}: drain (availableNow into Parquet)")
         load("spark_drain")
         pids = _spark_pids(spark)
         cpu = cpu_seconds(pids) + time.process_time()
@@ -305,9 +455,8 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
         wall = time.perf_counter() - t
         drain = drain_breakdown(q, wall, cpu_seconds(pids) + time.process_time() - cpu)
         figures["spark_drain"] = n / wall
+        progress(f"{n:,}: library receive of the twins")
         load("library_receive")
-        from dropboxmq_spark import DEFAULT_MESSAGES_PER_TRIGGER
-
         receive_wall, receive_cpu = library_receive(root, "drain-twin-batched", n,
                                                     per_trigger or DEFAULT_MESSAGES_PER_TRIGGER)
         figures["library_receive"] = n / receive_wall
@@ -323,16 +472,20 @@ def run(spark: Any, n: int, per_trigger: int | None) -> dict[str, Any]:
             assert not os.listdir(box / "target") and not os.listdir(box / "processing"), queue
             assert len(os.listdir(box / "processed")) == n, queue
         rows.unpersist()
-    ratios = {
-        "browse": figures["spark_browse"] / figures["binary_file"],
-        "drain": figures["spark_drain"] / figures["library_receive"],
-        "write": figures["spark_write"] / figures["library_send"],
-    }
-    drain["drain_vs_auto_ack"] = round(figures["spark_drain"] / figures["library_receive_auto"], 2)
-    return {"messages": n, "max_messages_per_trigger": per_trigger or DEFAULT_MESSAGES_PER_TRIGGER,
+        drain["drain_vs_auto_ack"] = round(figures["spark_drain"] / figures["library_receive_auto"], 2)
+        return _result(n, per_trigger or DEFAULT_MESSAGES_PER_TRIGGER, figures, loads, drain, write, small)
+
+
+def _result(n: int, per_trigger: int, figures: dict[str, float], loads: dict[str, float],
+            drain: dict[str, Any] | None, write: dict[str, Any] | None, small: dict[str, float]) -> dict[str, Any]:
+    """One size's result: the ratios of the parts that ran."""
+    pairs = {"browse": ("spark_browse", "binary_file"), "drain": ("spark_drain", "library_receive"),
+             "write": ("spark_write", "library_send")}
+    ratios = {k: figures[a] / figures[b] for k, (a, b) in pairs.items() if a in figures}
+    return {"messages": n, "max_messages_per_trigger": per_trigger,
             "rates": {k: round(v) for k, v in figures.items()},
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
-            "goals_met": {k: ratios[k] >= GOALS[k] for k in GOALS},
+            "goals_met": {k: ratios[k] >= GOALS[k] for k in ratios},
             "load_average_at_start": loads, "drain_breakdown": drain,
             "write": write,
             "seconds_for_100_messages": small}
@@ -344,24 +497,29 @@ def _report(result: dict[str, Any]) -> str:
     for key, spark_key, other_key, other in (("browse", "spark_browse", "binary_file", "binaryFile"),
                                              ("drain", "spark_drain", "library_receive", "library receive (ack per batch)"),
                                              ("write", "spark_write", "library_send", "library send")):
+        if key not in q:
+            continue
         verdict = "hit " if result["goals_met"][key] else "MISS"
         la = result["load_average_at_start"]
         lines.append(f"  {key:<6} {r[spark_key]:>8,} msg/s  vs {other} {r[other_key]:>8,} msg/s  "
                      f"= {q[key]:.2f}x  (goal {GOALS[key]:.1f}x: {verdict})  load {la[spark_key]}/{la[other_key]}")
-    d = result["drain_breakdown"]
-    lines.append(f"  drain: {d['batches']} micro-batch(es) of {result['max_messages_per_trigger']:,} at most; "
-                 f"phases (s) " + ", ".join(f"{k} {v}" for k, v in d["phases_s"].items() if k != "triggerExecution")
-                 + f"; outside the batches {d['outside_batches_s']} s; CPU Spark {d['spark_cpu_s']} s "
-                 f"vs library {d['library_cpu_s']} s = {d['cpu_ratio']:.2f}x")
-    lines.append(f"  drain vs a default receive loop (AUTO_ACKNOWLEDGE: an fsync a message) "
-                 f"{r['library_receive_auto']:,} msg/s = {d['drain_vs_auto_ack']:.2f}x "
-                 f"(no goal; CPU {d['library_auto_cpu_s']} s)  load {result['load_average_at_start']['library_receive_auto']}")
+    d = result["drain_breakdown"] or {}
+    if d:
+        lines.append(f"  drain: {d['batches']} micro-batch(es) of {result['max_messages_per_trigger']:,} at most; "
+                     f"phases (s) " + ", ".join(f"{k} {v}" for k, v in d["phases_s"].items() if k != "triggerExecution")
+                     + f"; outside the batches {d['outside_batches_s']} s; CPU Spark {d['spark_cpu_s']} s "
+                     f"vs library {d['library_cpu_s']} s = {d['cpu_ratio']:.2f}x")
+        lines.append(f"  drain vs a default receive loop (AUTO_ACKNOWLEDGE: an fsync a message) "
+                     f"{r['library_receive_auto']:,} msg/s = {d['drain_vs_auto_ack']:.2f}x "
+                     f"(no goal; CPU {d['library_auto_cpu_s']} s)  load {result['load_average_at_start']['library_receive_auto']}")
     w = result["write"]
-    lines.append(f"  write rounds (library s / Spark s, alternating order): {w['round_ratios']}; CPU a message "
-                 f"{w['spark_write']['cpu_per_message_us']} us Spark (JVM + Python) vs "
-                 f"{w['library_send']['cpu_per_message_us']} us library = {w['cpu_ratio']:.2f}x")
-    lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s vs library persistent send_many "
-                 f"{r['library_send_durable']:,} msg/s = {r['spark_write_durable'] / r['library_send_durable']:.2f}x")
+    if w:
+        lines.append(f"  write rounds (library s / Spark s, alternating order): {w['round_ratios']}; CPU a message "
+                     f"{w['spark_write']['cpu_per_message_us']} us Spark (JVM + Python) vs "
+                     f"{w['library_send']['cpu_per_message_us']} us library = {w['cpu_ratio']:.2f}x")
+    if "spark_write_durable" in r:
+        lines.append(f"  durable batch write {r['spark_write_durable']:,} msg/s vs library persistent send_many "
+                     f"{r['library_send_durable']:,} msg/s = {r['spark_write_durable'] / r['library_send_durable']:.2f}x")
     lines.append("  the same Spark actions on 100 messages (~their fixed cost), seconds: " +
                  ", ".join(f"{k} {v}" for k, v in result["seconds_for_100_messages"].items()))
     return "\n".join(lines)
@@ -373,14 +531,22 @@ def main() -> None:
                     help="messages per figure, one run per size (default 20000 100000)")
     ap.add_argument("--max-per-trigger", type=int, default=None,
                     help="the drain's maxMessagesPerTrigger (default: none given, the source's default)")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                    help="which figures (default all; browse reads the write's queue, so it runs the write)")
     ap.add_argument("--json", help="also write the results to this JSON file")
     args = ap.parse_args()
     require_or_exit("python -m dropboxmq_stress.spark_bench", "spark", "pyspark")
-    spark = _session(2)
+    parts = tuple(p for p in PARTS if p in args.parts)
+    room = preflight(tempfile.gettempdir(), args.messages, parts)
+    # beyond 100,000 files binaryFile's listing outgrows the driver's default 1g heap
+    memory = "4g" if max(args.messages) > ROUNDS_UP_TO else None
+    progress(f"sizes {args.messages}, parts {list(parts)}; {room}")
+    spark = _session(2, memory)
     results = []
     try:
         for n in args.messages:
-            result = run(spark, n, args.max_per_trigger)
+            result = run(spark, n, args.max_per_trigger, parts)
+            remove()  # (the run's directory is gone: sync, and note when its inodes were freed)
             print(_report(result), flush=True)
             results.append(result)
     finally:
@@ -389,7 +555,8 @@ def main() -> None:
         doc = {"tool": "dropboxmq_stress.spark_bench",
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "host": platform.node(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
-               "master": "local[2]", "body_bytes": BODY_BYTES, "goals": GOALS, "runs": results}
+               "master": "local[2]", "driver_memory": memory or "default", "parts": list(parts),
+               "space": room, "body_bytes": BODY_BYTES, "goals": GOALS, "runs": results}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(results))
