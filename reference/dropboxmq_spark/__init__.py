@@ -93,7 +93,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -190,33 +190,30 @@ def _destination(options: Any) -> str:
     return dest
 
 
-def _int_option(options: Any, name: str, default: int, minimum: int, note: str = "") -> int:
-    """Option ``name`` as a whole number >= ``minimum`` (``default`` when not given or empty).
-    Shared by the readers and writers: bad input is one line naming the option and its value."""
+def _option(options: Any, name: str, default: Any, parse: Callable[[Any], Any], valid: Callable[[Any], bool],
+            expected: str) -> Any:
+    """Option ``name`` read by ``parse`` and checked by ``valid`` (``default`` when not given or
+    empty).  Shared by the readers and writers: bad input is one line naming the option and its value."""
     raw = options.get(name)
     if raw is None or not str(raw).strip():
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except (TypeError, ValueError):
-        value = minimum - 1
-    if value < minimum:
-        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a whole number >= {minimum}{note}")
+        value = None
+    if value is None or not valid(value):
+        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected {expected}")
     return value
+
+
+def _int_option(options: Any, name: str, default: int, minimum: int, note: str = "") -> int:
+    """A whole number >= ``minimum``."""
+    return _option(options, name, default, int, lambda v: v >= minimum, f"a whole number >= {minimum}{note}")
 
 
 def _seconds_option(options: Any, name: str, default: float) -> float:
-    """Option ``name`` as a finite number of seconds >= 0 (``default`` when not given or empty)."""
-    raw = options.get(name)
-    if raw is None or not str(raw).strip():
-        return default
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not 0 <= value < math.inf:  # (NaN fails every comparison)
-        raise ValueError(f"dropboxmq: option {name}={raw!r}: expected a number of seconds >= 0")
-    return value
+    """A finite number of seconds >= 0 (NaN fails every comparison)."""
+    return _option(options, name, default, float, lambda v: 0 <= v < math.inf, "a number of seconds >= 0")
 
 
 def _read_box(root: Path, dest: str) -> Dropbox:
