@@ -15,6 +15,7 @@ holds now plus what was ever removed from it, so it never goes down.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,9 @@ def redrive(root: Path, box: Dropbox, display_name: str, limit: int = 0) -> Iter
     moved = 0
     for stored in list(messages_in(box, State.DEAD_LETTER, limit)):
         name = codec.with_delivery_count(codec.split_processing_name(stored.file_name)[1], None)
-        with box.working_lock():  # no orphan sweep between our Create and Send
+        with contextlib.ExitStack() as held:
+            if (fd := box.lock_working()) >= 0:  # no orphan sweep between our Create and Send
+                held.callback(os.close, fd)
             with box.open_body(State.DEAD_LETTER, stored.file_name) as body:
                 box.create(name, body, durable=True)
             if not box.move(Move.SEND, State.NOT_COMMITTED, name):

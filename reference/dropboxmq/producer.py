@@ -3,7 +3,6 @@ messages), send_many (one group commit) and send_file (a body streamed from a fi
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO, Union
@@ -113,28 +112,32 @@ class MessageProducer:
                         create_copy(box, name, msg, durable=False, source=source)
                 return
             created: list[tuple[Dropbox, str, Message]] = []
-            with contextlib.ExitStack() as held:
+            locks: list[int] = []
+            try:
                 for box in {b.dir(State.NOT_COMMITTED): b for _, _, boxes in prepared for b in boxes}.values():
-                    held.enter_context(box.working_lock())  # no orphan sweep while we CREATE..SEND
-                try:
-                    for msg, name, boxes in prepared:
-                        durable = msg.delivery_mode == DeliveryMode.PERSISTENT and not group
-                        for box in boxes:
-                            if create_copy(box, name, msg, durable, source):
-                                created.append((box, name, msg))
-                    durable_copies = [(box, name) for box, name, msg in created
-                                      if msg.delivery_mode == DeliveryMode.PERSISTENT]
-                    if group and durable_copies:  # every file durable before any rename is
-                        from .groupsync import sync_files  # (batches and fan-out only)
+                    if (fd := box.lock_working()) >= 0:  # no orphan sweep while we CREATE..SEND
+                        locks.append(fd)
+                for msg, name, boxes in prepared:
+                    durable = msg.delivery_mode == DeliveryMode.PERSISTENT and not group
+                    for box in boxes:
+                        if create_copy(box, name, msg, durable, source):
+                            created.append((box, name, msg))
+                durable_copies = [(box, name) for box, name, msg in created
+                                  if msg.delivery_mode == DeliveryMode.PERSISTENT]
+                if group and durable_copies:  # every file durable before any rename is
+                    from .groupsync import sync_files  # (batches and fan-out only)
 
-                        sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
-                                   sum(_size(m.body) * len(bs) for m, _, bs in prepared))
-                    for box, name, msg in created:
-                        _send_created(box, name, msg)
-                except BaseException:
-                    for box, name, _ in created:  # those already SENT are gone from working/: no-op
-                        box.move(Move.DISCARD, State.NOT_COMMITTED, name)
-                    raise
+                    sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
+                               sum(_size(m.body) * len(bs) for m, _, bs in prepared))
+                for box, name, msg in created:
+                    _send_created(box, name, msg)
+            except BaseException:
+                for box, name, _ in created:  # those already SENT are gone from working/: no-op
+                    box.move(Move.DISCARD, State.NOT_COMMITTED, name)
+                raise
+            finally:
+                for fd in locks:
+                    os.close(fd)
             if durable_copies:
                 sync_many((box, State.NEW) for box, _ in durable_copies)
 

@@ -161,8 +161,14 @@ def _sweep_working(root: Path, box, cutoff: float, quarantine: bool, report: Rec
     transacted send is named by its log before its file exists, so the logs are read after
     the listing; a file linked to the same name in target/ was sent by an interrupted
     link()+unlink() rename."""
-    with box.working_lock(exclusive=True) as free:
-        if not free:
+    try:
+        fd = os.open(box.dir(State.NOT_COMMITTED), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # no working/ or no access: nothing to sweep
+    try:
+        try:  # producers hold it shared from CREATE to SEND (Dropbox.lock_working)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return
         names = box.list(State.NOT_COMMITTED)
         sent = _linked_names(box, State.NEW) if names else set()
@@ -190,6 +196,8 @@ def _sweep_working(root: Path, box, cutoff: float, quarantine: bool, report: Rec
                     report.orphans_discarded += box.move(Move.DISCARD, State.NOT_COMMITTED, name)
             except StoreError as exc:
                 report.errors.append(str(exc))
+    finally:
+        os.close(fd)
 
 
 def _linked_names(box, state: State) -> set[tuple[int, str]]:

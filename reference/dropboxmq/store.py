@@ -21,7 +21,7 @@ from .errors import StoreError, store_error
 from .lifecycle import IllegalMove, Move, State, next_state
 
 __all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "fsync_dir", "Dropbox",
-           "NotARegularFile", "WorkingLock", "open_regular", "read_regular_file", "write_all", "is_real_dir",
+           "NotARegularFile", "open_regular", "read_regular_file", "write_all", "is_real_dir",
            "sync_many"]
 
 _T = TypeVar("_T")
@@ -168,12 +168,20 @@ class Dropbox:
     def file(self, state: State, name: str) -> str:
         return f"{self._dirs[state]}/{name}"  # a name never holds "/": no os.path.join needed
 
-    def working_lock(self, exclusive: bool = False) -> "WorkingLock":
-        """flock on working/: a producer holds it shared from CREATE to SEND, so the orphan
-        sweep, which tries it exclusive and without waiting, never takes a live producer's
-        file for an orphan however long the producer stalls.  ``with`` gives whether it was
-        taken (the sweep skips a dropbox whose producers are busy; a producer always waits)."""
-        return WorkingLock(self._dirs[State.NOT_COMMITTED], exclusive)
+    def lock_working(self) -> int:
+        """A shared flock on working/, held by a producer from CREATE to SEND: the orphan sweep
+        (recovery.py) takes it exclusive without waiting, so it never takes a live producer's file
+        for an orphan.  The fd to close; -1 without working/ (the CREATE fails on its own)."""
+        try:
+            fd = os.open(self._dirs[State.NOT_COMMITTED], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return -1
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # --- listing
     def list(self, state: State) -> list[str]:
@@ -315,34 +323,6 @@ def _open_exclusive(path: str, dir_fd: int) -> int:
 
 class NotARegularFile(OSError):
     """A symlink, FIFO, device or directory where a message file should be."""
-
-
-class WorkingLock:
-    """``Dropbox.working_lock()`` (a class, not a generator context manager: taken once a send)."""
-
-    __slots__ = ("path", "exclusive", "fd")
-
-    def __init__(self, path: str, exclusive: bool):
-        self.path, self.exclusive, self.fd = path, exclusive, -1
-
-    def __enter__(self) -> bool:
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:  # no working/ or no access: a CREATE there fails on its own, with its error
-            return not self.exclusive
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB if self.exclusive else fcntl.LOCK_SH)
-        except BlockingIOError:
-            return False
-        except BaseException:
-            self.__exit__()
-            raise
-        return True
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_fd: int = _AT_FDCWD) -> int:
