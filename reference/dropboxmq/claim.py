@@ -1,7 +1,5 @@
-"""The claim step of every consumer: which name of ``target/`` to try next, and the one lifecycle
-move that executes ``decision.decide``'s verdict on it.  ``MessageConsumer`` and the Spark source
-both claim through :class:`Claimer` (same delivery order, same verdicts); what the caller does with
-a claim is its own.  The claim register (claims.py) is imported only when a name needs it.
+"""The claim step of every consumer (``MessageConsumer`` and the Spark source): which name of
+``target/`` to try next, and the one move that executes ``decision.decide``'s verdict on it.
 """
 
 from __future__ import annotations
@@ -36,11 +34,9 @@ class Claim(NamedTuple):
 
 
 class Claimer:
-    """Claims messages of one dropbox for one client: :meth:`claim_next` takes the next name of
-    the walk (the last listing of ``target/`` in delivery order), ``decide``'s verdict on it, one
-    move.  A fresh listing is taken when the walk ends or ``scan_interval`` passed (at most a tenth
-    of the time goes to listing), so a new higher priority overtakes the backlog.  A name held back
-    (a future delivery time, a redelivery backoff) is tried again once its time has come."""
+    """Claims messages of one dropbox for one client, walking the last listing of ``target/`` in
+    delivery order.  It lists again when the walk ends or ``scan_interval`` passed (at most a tenth
+    of the time goes to listing), so a new higher priority overtakes the backlog."""
 
     def __init__(self, box: Dropbox, client_id: str, policy: ClaimSettings, scan_interval: float,
                  clock: Callable[[], int] = now_ms, monotonic: Callable[[], float] = time.monotonic):
@@ -89,8 +85,8 @@ class Claimer:
         self.walk, self._pos = [], 0
 
     def lost_race(self) -> None:
-        """A competitor, walking the same order, claimed the name just tried: jump to a random place
-        among the remaining names of its priority rather than lose every race after it."""
+        """A competitor walking the same order took the name: jump to a random place among the
+        rest of its priority rather than lose every race after it."""
         walk, lo = self.walk, self._pos
         if lo >= len(walk):
             return
@@ -100,9 +96,8 @@ class Claimer:
             self._pos = random.randrange(lo, hi)
 
     def relist(self) -> None:
-        """List target/ and walk it from the head.  Only the new names are keyed, then merged into
-        the kept order (timsort merges sorted runs in linear time); equal keys keep the order they
-        were first listed in."""
+        """List target/ and walk it from the head.  Only new names are keyed, then merged into the
+        kept order (timsort merges sorted runs in linear time)."""
         started = self.monotonic()
         self.registered = self.box.register_inodes()  # (before the listing: no entry is missed)
         listed, keys = set(self.box.list(State.NEW)), self.keys
@@ -139,10 +134,9 @@ class Claimer:
                 return name
         return None
 
-
     def try_claim(self, name: str) -> Claim | None:
-        """Execute decide's verdict on ``name`` (one move).  None when it is not ours to deliver
-        now; a full or read-only store raises StoreError (nothing moved), any other skips the name."""
+        """Execute decide's verdict on ``name``: the claim, or None.  StoreError for a full or
+        read-only store (nothing moved); any other error skips the name."""
         box = self.box
         entry = None
         if self.registered:  # a name that cannot carry its delivery count has it in the claim register

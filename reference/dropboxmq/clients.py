@@ -1,10 +1,6 @@
-"""Client-id registration with liveness (PROTOCOL.md §4: a dead owner is reclaimable).
-
-``<root>/dropboxmq/clients/<enc(clientId)>`` is held with ``flock(LOCK_EX)`` while the connection
-is open.  The kernel drops the lock when its process dies (kill -9 included): "is the owner alive?"
-is "is the lock held?", with no stale locks after a crash (1.2's flaw).  The file holds the owner's
-record; where flock does not cross mounts (``doctor.flock_trusted``) the record is a lease, renewed
-while the connection is open (leases.py).  What recovery asks is liveness.py.
+"""Client-id registration (PROTOCOL.md §4): ``dropboxmq/clients/<enc(clientId)>`` is flocked while
+the connection is open, so the kernel drops it when the process dies (1.2 left stale locks).  Where
+flock does not cross mounts its record is a lease (leases.py).  What recovery asks is liveness.py.
 """
 
 from __future__ import annotations

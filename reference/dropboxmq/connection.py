@@ -1,6 +1,5 @@
-"""A connection to one root: its settings, the checks that the root and each queue exist (a
-typo creates nothing), the client id's registration, and the sessions it makes.  Housekeeping
-is the ``recovery`` functions', which the connection schedules."""
+"""A connection to one root: its settings, the checks that the root and each queue exist, the
+client id's registration, the sessions it makes; it schedules the housekeeping (recovery.py)."""
 
 from __future__ import annotations
 
@@ -41,13 +40,8 @@ class Settings:
 
 
 class Connection:
-    """A connection to one root.  ``client_id`` is registered (and locked) under
-    ``dropboxmq/clients/``; without one, a 1.2-style id is generated.
-
-    The root must exist and so must every queue used (a typo is a ``RootNotFoundError`` or
-    ``QueueNotFoundError`` with a did-you-mean, and creates nothing): make them with
-    ``dropboxmq init`` or ``create_queue()``.  ``create=True`` creates the root, and each queue
-    as it is first used."""
+    """A connection to one root, registering ``client_id`` (None: a 1.2-style one is made).  The
+    root and every queue used must exist (a typo creates nothing); ``create=True`` makes them."""
 
     def __init__(self, root: str | Path, client_id: str | None = None, settings: Settings | None = None, *,
                  create: bool = False, allow_network_fs: bool = False):
@@ -87,8 +81,7 @@ class Connection:
     @classmethod
     def from_env(cls, settings: Settings | None = None, *, client_id: str | None = None,
                  create: bool = False) -> "Connection":
-        """A connection configured like the CLI: the root from $DROPBOXMQ_ROOT (required), the
-        client id from ``client_id``, else $DROPBOXMQ_CLIENT_ID, else generated."""
+        """A connection configured like the CLI: $DROPBOXMQ_ROOT, $DROPBOXMQ_CLIENT_ID."""
         root = os.environ.get("DROPBOXMQ_ROOT")
         if not root:
             raise RootNotFoundError("DROPBOXMQ_ROOT is not set: export DROPBOXMQ_ROOT=/path/to/root (made by "
@@ -96,16 +89,14 @@ class Connection:
         return cls(root, client_id or os.environ.get("DROPBOXMQ_CLIENT_ID") or None, settings, create=create)
 
     def create_queue(self, queue: "str | Queue") -> Queue:
-        """Create ``queue`` (a name or a Queue) with its state directories, as ``dropboxmq init``
-        does; safe to repeat.  Returns the Queue."""
+        """Create ``queue`` (a name or a Queue) as ``dropboxmq init`` does; safe to repeat."""
         self.check_open()
         dest = Queue(queue) if isinstance(queue, str) else queue
         self.queue_box(dest, create=True)
         return dest
 
     def queue_box(self, queue: Queue, create: bool = False) -> Dropbox:
-        """The dropbox of an existing queue (made first with ``create``, or when the connection
-        has it)."""
+        """The dropbox of an existing queue (made first with ``create``, or ``self.create``)."""
         box = self._queue_boxes.get(queue.name)
         if box is None or create:  # look (or make the directories) once per connection, not once per send
             box = layout.queue_box(self.root, queue)
@@ -140,8 +131,8 @@ class Connection:
         self.started.clear()
 
     def close(self, grace: float | None = None) -> None:
-        """Close every session.  A running message listener may finish within ``grace`` seconds
-        (None: however long it takes); past it, its message is redelivered (README, "Using the library")."""
+        """Close every session; a running listener may finish within ``grace`` seconds (None: no
+        limit), past it its message is redelivered."""
         if self.closed:
             return
         deadline = None if grace is None else time.monotonic() + grace
@@ -170,8 +161,7 @@ class Connection:
         self.registration.check(what)
 
     def housekeeping(self, box: Dropbox) -> None:
-        """The ops layer's work for a dropbox this connection consumes from (its consumers call
-        this before each claim), at most every ``recovery_interval``: ``recovery.housekeeping``."""
+        """``recovery.housekeeping`` of a consumed dropbox, at most every ``recovery_interval``."""
         now = time.monotonic()
         if now - self._housekept.get(box.path, -1e9) <= self.settings.recovery_interval:
             return

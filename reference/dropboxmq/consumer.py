@@ -1,6 +1,5 @@
-"""MessageConsumer: receive, receive_streamed and listeners.  Each delivery is one claim step
-(``claim.Claimer``: the next name in delivery order, ``decision.decide``'s verdict, one move),
-then its body is read and the session applies its ack mode (``ackmode.POLICY``)."""
+"""MessageConsumer: each delivery is one claim step (``claim.Claimer``), then its body is read
+and the session applies its ack mode."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ class MessageConsumer:
             from .selector import selector_for  # (the parser: imported only when there is one to parse)
 
             matcher = selector_for(selector)
-        # the claim step, shared with the Spark source.  The clocks are this module's now_ms
-        # and time, looked up at each call (tests shift them)
+        # the clocks are looked up at each call (tests shift them)
         self.claimer = Claimer(self.box, session.connection.client_id,
                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
                                session.settings.scan_interval, clock=lambda: now_ms(),
@@ -69,8 +67,7 @@ class MessageConsumer:
         return None if d is None else d.message
 
     def receive_body(self, timeout: float | None = None) -> "Body | None":
-        """receive(), returning just the body as Python data (str for a TextMessage, bytes,
-        dict for a MapMessage, list for a StreamMessage); None when no message came."""
+        """receive(), returning just the body as Python data (str, bytes, dict or list)."""
         msg = self.receive(timeout)
         if msg is None or isinstance(msg, TextMessage):
             return None if msg is None else msg.text
@@ -79,8 +76,8 @@ class MessageConsumer:
         return body_of(msg)
 
     def receive_streamed(self, timeout: float | None = None) -> tuple[Message, BinaryIO] | None:
-        """receive() for large bodies: the message without its body, and the body as an open
-        binary file to read in chunks (close it when done).  Acknowledged as receive() is."""
+        """receive() for large bodies: the message, and its body as an open binary file to
+        read in chunks (close it when done)."""
         d = self._receive(timeout, read_body=False)
         return None if d is None or d.body_file is None else (d.message, d.body_file)
 
@@ -97,8 +94,7 @@ class MessageConsumer:
         return self.messages(0)
 
     def next_retry_in(self) -> float | None:
-        """Seconds until a message this consumer holds back (redelivery backoff, delivery
-        delay) is due again; None when it holds none back."""
+        """Seconds until a message held back (redelivery backoff, delivery delay) is due."""
         return self.claimer.next_retry_in()
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
@@ -127,8 +123,8 @@ class MessageConsumer:
             self._check_receive()
 
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
-        """Deliver messages to ``listener``: a callable taking the message, or an object with
-        an ``on_message(message)`` method (JMS style).  None stops delivery."""
+        """Deliver messages to ``listener`` (a callable, or JMS style an object with
+        ``on_message``); None stops delivery."""
         from .listeners import listen  # (listeners: imported when the first is set)
 
         listen(self, listener)
@@ -157,8 +153,7 @@ class MessageConsumer:
             raise IllegalStateError("receive() is not allowed while a message listener is set")
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
-        """Claim names in order until one's body reads (or opens, without ``read_body``); an
-        unreadable one is quarantined to error/.  None when target/ has nothing for us."""
+        """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
         self.session.connection.check_lease("receive")
         self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
         box = self.box

@@ -1,5 +1,5 @@
-"""MessageProducer: send (CREATE in working/, then SEND to target/, fsynced for persistent
-messages), send_many (one group commit) and send_file (a body streamed from a file)."""
+"""MessageProducer: send (CREATE in working/, then SEND to target/; PROTOCOL.md §6 for fsyncs),
+send_many (one group commit) and send_file (a body streamed from a file)."""
 
 from __future__ import annotations
 
@@ -56,12 +56,9 @@ class MessageProducer:
     def send(self, message: "Message | Destination | Body", destination: "Destination | Body | None" = None, *,
              delivery_mode: DeliveryMode | None = None, priority: int | None = None,
              time_to_live: float | None = None, delivery_delay: float | None = None) -> Message:
-        """Send; returns when the message is NEW (or, transacted, NOT_COMMITTED until commit).
-        On a topic, one copy goes to every matching subscription.
-
-        Either ``send(message[, destination])`` (JMS) or ``send(destination, body)``; a body
-        may be a Message or plain data: str -> TextMessage, bytes -> BytesMessage,
-        dict -> MapMessage, list -> StreamMessage."""
+        """``send(message[, destination])`` (JMS) or ``send(destination, body)``, a body being a
+        Message or plain data (bodies.as_message); returns when the message is NEW (transacted:
+        at commit).  On a topic, one copy goes to every matching subscription."""
         self.session.check_open()
         body, dest = (destination, message) if isinstance(message, (Queue, Topic)) else (message, destination)
         if body is None or isinstance(body, (Queue, Topic)) or not (dest is None or isinstance(dest, (Queue, Topic))):
@@ -76,9 +73,8 @@ class MessageProducer:
 
     def send_file(self, file: BinaryIO, message: Message | None = None, destination: Destination | None = None,
                   **headers: Any) -> Message:
-        """Send the contents of an open regular file (from its start) without reading it into
-        memory.  ``message`` (default: a BytesMessage) gives the class, headers and properties;
-        its own body is ignored.  ``headers``: as send().  Returns ``message``, body empty."""
+        """Send an open regular file's contents without reading them into memory; ``message``
+        (default: a BytesMessage) gives all but the body.  Returns it, body empty."""
         self.session.check_open()
         from .bodies import BytesMessage  # (non-text bodies)
         msg = BytesMessage() if message is None else message
@@ -95,10 +91,8 @@ class MessageProducer:
         return [m for m, _, _ in prepared]
 
     def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
-        """CREATE every copy, then SEND them.  One copy: fsync the file and target/.  Several
-        (bulk send, topic fan-out): group commit: write them all, make them durable together
-        (groupsync.sync_files), rename them all, then sync each target/ once.  ``source``: an
-        open file holding the (one) message's body."""
+        """CREATE every copy, then SEND them; several (bulk send, fan-out) are one group commit:
+        all made durable together, all renamed, each target/ synced once."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         session.connection.check_lease("send")
@@ -144,9 +138,7 @@ class MessageProducer:
 
 def stamp_send(msg: Message, time_to_live: float = 0.0, delivery_delay: float = 0.0,
                id_and_time: tuple[str, int] | None = None) -> str:
-    """Stamp the headers every send sets -- a new message id and its timestamp (``id_and_time``
-    if given), the expiration and delivery time from them, not redelivered, count 1 -- and return
-    the message's file name.  The one rule of MessageProducer and the Spark writers."""
+    """Stamp the headers every send sets (MessageProducer's and the Spark writers'); the file name."""
     msg.message_id, msg.timestamp = ids.new_message_id_and_time() if id_and_time is None else id_and_time
     msg.expiration = msg.timestamp + int(time_to_live * 1000) if time_to_live > 0 else 0
     msg.delivery_time = msg.timestamp + int(delivery_delay * 1000) if delivery_delay > 0 else msg.timestamp
@@ -159,9 +151,8 @@ def _size(body: object) -> int:
 
 
 def _send_created(box: Dropbox, name: str, msg: Message) -> None:
-    """SEND a file this producer just created.  Gone from working/ means someone else moved
-    or deleted it (a purge, a foreign sweep): the send failed and must not be reported as done.
-    (A subscription removed while we publish takes its working/ with it: that copy is skipped.)"""
+    """SEND a file this producer created: gone from working/ (a purge, a foreign sweep) is a
+    failed send, unless its subscription went away with its working/ while we publish."""
     moved = box.move(Move.SEND, State.NOT_COMMITTED, name)
     if not moved and not (isinstance(msg.destination, Topic) and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
         raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ before it "

@@ -1,7 +1,5 @@
-"""The JMS session: the producers, consumers and browsers it makes, and its ack mode, whose
-steps are the table of ``ackmode.py`` (JMS semantics, PROTOCOL.md §4, not 1.2's).  What only
-some sessions do lives where it is first used: ``transaction.py``, ``redelivery.py`` (giving
-messages back), ``topics.py``, ``listeners.py``; they use the public attributes below.
+"""The JMS session: what it makes, and its ack mode's steps (the table of ``ackmode.py``).  What
+only some sessions do lives where it is first used (transaction, redelivery, topics, listeners).
 """
 
 from __future__ import annotations
@@ -106,8 +104,7 @@ class Session:
         unsubscribe(self.connection, name)
 
     def create_temporary_queue(self) -> "TemporaryQueue":
-        """A queue removed by ``delete()`` or when this connection closes; only this
-        connection may consume."""
+        """A queue removed by ``delete()`` or with this connection; only it may consume."""
         from . import temporary  # (rarely used: not imported with the session)
 
         return temporary.create_queue(self)
@@ -147,8 +144,8 @@ class Session:
 
     # --- acknowledgement
     def acknowledge(self, *messages: Message) -> None:
-        """CLIENT_ACKNOWLEDGE: ack every message this session has consumed (JMS, not 1.2); given
-        messages, only those (ActiveMQ's individual acknowledge: a pool's workers each ack theirs)."""
+        """CLIENT_ACKNOWLEDGE: ack every message this session consumed; given messages, only those
+        (ActiveMQ's individual acknowledge: a pool's workers each ack theirs)."""
         with self.lock:
             self.check_open()
             if self.transacted:
@@ -168,15 +165,14 @@ class Session:
             self.unacked = kept
 
     def dead_letter(self, *messages: Message) -> None:
-        """Give up on these unacknowledged messages: move them to error/ (DEAD_LETTER), where an
-        operator finds them (``dropboxmq`` lists and requeues error/)."""
+        """Give up on these unacknowledged messages: DEAD_LETTER them to error/."""
         from .redelivery import dead_letter  # (giving messages back: imported when first used)
 
         dead_letter(self, messages)
 
     def _ack(self, deliveries: list[Delivery], durable: bool = True) -> None:
-        """ACK each delivery; fsync processed/ once per directory for persistent ones.
-        MessageTakenError (after the others are acked) for a claim that recovery took away."""
+        """ACK each delivery, then fsync processed/ once for the persistent ones.
+        MessageTakenError (the others acked) for a claim that recovery took away."""
         touched = []
         taken: list[Delivery] = []  # (claims.acked_before adds to it)
         for d in deliveries:
@@ -203,9 +199,8 @@ class Session:
             raise taken_error(taken)
 
     def recover(self, *messages: Message, back_off: bool = False) -> None:
-        """Stop, and redeliver every unacknowledged message from the oldest on; given
-        messages, only those.  With ``back_off`` (processing failed), each consumer holds them
-        back for its redelivery delay first, as it does when a listener raises."""
+        """Redeliver every unacknowledged message (given messages: those), oldest first; with
+        ``back_off`` (processing failed) after each consumer's redelivery delay, as for a listener."""
         from .redelivery import recover  # (giving messages back: imported when first used)
 
         recover(self, messages, back_off)
@@ -222,8 +217,7 @@ class Session:
         end_transaction(self, commit=False)
 
     def close(self, grace: float | None = None) -> None:
-        """Close: let a running listener finish (within ``grace`` seconds, see
-        Connection.close), then the ack mode's *close* step for the messages still held."""
+        """Let a running listener finish (see Connection.close), then the *close* step."""
         if self.closed:
             return
         overran = self.dispatcher is not None and self.dispatcher.stop(grace)
@@ -259,8 +253,7 @@ class Session:
 
     # --- the ack mode's steps (called by consumers and listeners)
     def delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
-        """A consumer claimed ``d``: the *take* step, and for receive() the *done* step too (a
-        listener's comes when it returns)."""
+        """The *take* step, and for receive() *done* too (a listener's comes when it returns)."""
         if self.policy.take == "log":
             from .transaction import record_receive
 
@@ -271,7 +264,7 @@ class Session:
             self.done(d)
 
     def done(self, d: Delivery) -> None:
-        """The application is done with ``d``: the *done* step."""
+        """The application is done with ``d``."""
         if self.policy.done == "ack":
             try:
                 self._ack([d])

@@ -42,10 +42,9 @@ _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodee
 
 def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd: int = _AT_FDCWD,
                      shared: bool = False) -> None:
-    """Atomically rename ``src`` to ``dst`` (with directory fds: names in them); FileExistsError if
-    ``dst`` exists.  ``shared``: other processes may move the same source at once (a CLAIM, a move
-    out of processing/): exactly one succeeds, the others get FileNotFoundError.  Where renameat2
-    (RENAME_NOREPLACE) is missing: netfs.py (``shared``: never link()+unlink(), see there)."""
+    """Atomically rename ``src`` to ``dst`` (names in the directory fds); FileExistsError if ``dst``
+    exists.  ``shared``: others may move the same source at once (one succeeds, the others get
+    FileNotFoundError).  Without renameat2: netfs.py (``shared``: never link()+unlink())."""
     global noreplace_supported
     if noreplace_supported:  # (str.encode: os.fsencode without its Python-level checks)
         if renameat2(src_dir_fd, src.encode(_FS_ENCODING, _FS_ERRORS), dst_dir_fd,
@@ -102,9 +101,8 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the six state directories now (a consumer's claims make the same system calls from
-        the first one on, as fail-at-N counts them) and keep them open until :meth:`close`:
-        moves, creates and reads then name files in them (no path walk)."""
+        """Open the state directories now (fail-at-N counts the same calls from the first claim
+        on) and until :meth:`close`: files are then named in them (no path walk)."""
         self._fds = {}
         self._held()
         return self
@@ -141,8 +139,8 @@ class Dropbox:
 
     def _went_away(self, *states: State) -> bool:
         """Is one of these held directories no longer the one at its path (removed, or moved aside
-        and made again)?  Then the held fds are opened again at the next use and the caller tries
-        again.  Asked only when a name was not found, so a lost race costs two stat calls."""
+        and made again)?  Then they are opened again at the next use.  Asked only when a name was
+        not found, so a lost race costs two stat calls."""
         fds = self._fds
         if not fds:
             return False
@@ -196,8 +194,7 @@ class Dropbox:
             return []
 
     def register_inodes(self) -> frozenset[int]:
-        """The inodes the claim register (claims.py) has an entry for: listed before every walk of
-        target/, so the register is read only when it is not empty."""
+        """The inodes the claim register (claims.py) has an entry for: read only when not empty."""
         try:
             return frozenset(int(n) for n in os.listdir(self.path / REGISTER) if n.isdigit())
         except (FileNotFoundError, NotADirectoryError):
@@ -205,9 +202,8 @@ class Dropbox:
 
     # --- CREATE: ABSENT -> NOT_COMMITTED
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
-        """Create ``working/<name>`` exclusively (never following a symlink), write it fully, fsync
-        it when durable; on any failure the partial file is removed.  ``body`` may be an open
-        regular file, copied from offset 0 in chunks (never held in memory whole)."""
+        """Create ``working/<name>`` exclusively, write it fully (``body`` may be an open regular file,
+        copied in chunks), fsync it when durable; on any failure the partial file is removed."""
         next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
         path = self.file(State.NOT_COMMITTED, name)
         if State.NOT_COMMITTED not in self._plain:
@@ -235,9 +231,8 @@ class Dropbox:
 
     # --- every rename of the table
     def move(self, move: Move, source: State, name: str, new_name: str | None = None) -> bool:
-        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``).  False when
-        the source is gone (a lost race: someone else moved it first), normal and silent.  Never
-        replaces an existing destination (``collisions.py`` says where the message goes then)."""
+        """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``); False when the
+        source is gone (a lost race).  A name taken at the destination: ``collisions.py``."""
         destination = next_state(source, move)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
@@ -280,8 +275,7 @@ class Dropbox:
 
     # --- reading
     def open_body(self, state: State, name: str) -> BinaryIO:
-        """A message body as an open binary file, to stream a large body (NotARegularFile: see
-        :func:`open_regular`).  It stays readable after the message moves on (same inode)."""
+        """A message body as an open binary file (it stays readable after the message moves on)."""
         return os.fdopen(self._at(state, name, lambda where, dir_fd: open_regular(where, dir_fd=dir_fd)), "rb")
 
     def read(self, state: State, name: str) -> bytes:
