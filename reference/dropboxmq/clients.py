@@ -22,19 +22,10 @@ from .store import NotARegularFile, open_regular
 if TYPE_CHECKING:
     from . import leases
 
-__all__ = ["clients_dir", "registration_path", "Registration", "try_flock", "DEFAULT_LEASE", "record"]
+__all__ = ["clients_dir", "registration_path", "Registration", "DEFAULT_LEASE", "record"]
 
 #: seconds: the default lease (Settings.lease)
 DEFAULT_LEASE = 10.0
-
-
-def try_flock(fd: int, exclusive: bool) -> bool:
-    """flock without waiting: True if taken (False: some process of this host holds it)."""
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def record(lease: float, beat: int) -> bytes:
@@ -100,9 +91,11 @@ class Registration:
                                            f"{self.path} is not a regular file") from None
             except OSError as exc:
                 raise StoreError(f"cannot register client id {self.client_id!r}: {exc.strerror or exc}") from None
-            if not try_flock(fd, exclusive=True):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
                 os.close(fd)
-                raise InvalidClientIDError(f"client id {self.client_id!r} is in use by a live connection")
+                raise InvalidClientIDError(f"client id {self.client_id!r} is in use by a live connection") from None
             # The file we locked may have been unlinked by its previous owner's close() between our
             # open and our flock: only the linked one counts.
             try:

@@ -9,6 +9,7 @@ ask: a send, a receive or an acknowledge never does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import time
@@ -48,8 +49,10 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
             return "unknown", False  # a foreign name's "owner" that no registration can be named after
         raise
     try:
-        if not clients.try_flock(fd, exclusive=False):
-            return "alive", False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "alive", False  # its owner holds it exclusive
         if doctor.flock_trusted(Path(root)):
             return "dead", False
         data = leases.read_from(fd)
