@@ -156,10 +156,6 @@ class Connection:
         if self.closed:
             raise IllegalStateError("connection is closed")
 
-    def check_lease(self, what: str) -> None:
-        """LeaseExpiredError once this connection is fenced (leases.py): ``what`` may not happen."""
-        self.registration.check(what)
-
     def housekeeping(self, box: Dropbox) -> None:
         """``recovery.housekeeping`` of a consumed dropbox, at most every ``recovery_interval``."""
         now = time.monotonic()

@@ -154,7 +154,7 @@ class MessageConsumer:
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
         """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
-        self.session.connection.check_lease("receive")
+        self.session.connection.registration.check("receive")
         self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
         box = self.box
         while (claim := self.claimer.claim_next()) is not None:

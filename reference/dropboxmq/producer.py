@@ -95,7 +95,7 @@ class MessageProducer:
         all made durable together, all renamed, each target/ synced once."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
-        session.connection.check_lease("send")
+        session.connection.registration.check("send")
         with session.lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 from .transaction import session_log

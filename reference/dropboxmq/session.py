@@ -156,7 +156,7 @@ class Session:
                 chosen, kept = held(self, messages)
             else:
                 chosen, kept = self.unacked, []
-            self.connection.check_lease("acknowledge")
+            self.connection.registration.check("acknowledge")
             try:
                 self._ack(chosen)
             except MessageTakenError:

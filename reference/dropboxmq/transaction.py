@@ -395,7 +395,7 @@ def end_transaction(session: Session, commit: bool) -> None:
             raise IllegalStateError(f"{'commit' if commit else 'rollback'}() needs a transacted session")
         if not commit:
             return rollback_session(session)
-        session.connection.check_lease("commit")
+        session.connection.registration.check("commit")
         tx, session.tx = session.tx, None
         session.unacked = []
         if tx is not None:
