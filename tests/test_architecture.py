@@ -45,8 +45,13 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: producer.stamp_send, the send's header rules shared with the Spark writer (issue 32): 2,627;
 #: (session 13) store's WorkingLock became Dropbox.lock_working (the sweep's exclusive try-lock
 #: moved to recovery), clients.try_flock and Connection.check_lease (callers ask the registration)
-#: went, the API and shell docstrings were shortened: 2,552.
-CEILING = 2552
+#: went, the API and shell docstrings were shortened: 2,552; then what every connect and close
+#: runs joined the figure instead of hiding in imports inside functions (the plain path test
+#: below): the file-system verdict (doctor.admit, doctor.flock_trusted -> filesystems.py, doctor
+#: keeps the probes), the log directories made at connect and listed at close
+#: (transaction.ensure_layout, pending_logs, owns_pending_logs -> dirs.py, transaction_dir and
+#: log_owner -> layout.py) and the log table's directory names (log_lifecycle.py): 3,058.
+CEILING = 3058
 
 
 def _type_checking(node: ast.stmt) -> bool:
@@ -200,3 +205,4 @@ print(sorted(m for m in sys.modules if m in ("dropboxmq.selector", "dropboxmq.bo
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+

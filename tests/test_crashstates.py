@@ -268,7 +268,7 @@ def test_recovery_finishes_a_rollback_cut_between_link_and_unlink(tmp_path: Path
     from dropboxmq.message import Queue
     from dropboxmq.recovery import recover
     from dropboxmq.connection import Connection
-    from dropboxmq.transaction import transaction_dir
+    from dropboxmq.layout import transaction_dir
 
     with Connection(tmp_path, client_id="seeder", create=True) as conn:
         session = conn.create_session()

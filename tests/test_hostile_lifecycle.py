@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST, fork_context, ls
-from dropboxmq import layout, recovery, topics, transaction
+from dropboxmq import layout, recovery, topics
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError
 from dropboxmq.transaction import TransactionInDoubtError
@@ -280,7 +280,7 @@ def _kill_publisher_mid_commit(root: Path, dest) -> None:
     child = _run(_publisher_dies_mid_commit, str(root), dest)
     child.join(LIMIT)
     assert child.exitcode == -signal.SIGKILL
-    assert len(os.listdir(transaction.transaction_dir(root) / "committing")) == 1
+    assert len(os.listdir(layout.transaction_dir(root) / "committing")) == 1
 
 
 def test_reconnecting_publisher_finishes_its_predecessors_commit(root):
@@ -290,7 +290,7 @@ def test_reconnecting_publisher_finishes_its_predecessors_commit(root):
     with Connection(root, "publisher", FAST, create=True):
         assert len(ls(root, "Q1", "target")) == 2  # finished as it connected
         recovery.recover(root)  # while it is connected too: nothing is left over
-        assert os.listdir(transaction.transaction_dir(root) / "committing") == []
+        assert os.listdir(layout.transaction_dir(root) / "committing") == []
         assert ls(root, "Q1", "working") == []
 
 
@@ -306,7 +306,7 @@ def test_consumers_finish_a_dead_publishers_partial_fan_out(root):
             c = s.create_durable_consumer(Topic("t"), sub)
             assert sorted(m.body for m in (c.receive(WAIT), c.receive(WAIT)) if m) == [b"one", b"two"], sub
             c.close()
-    assert os.listdir(transaction.transaction_dir(root) / "committing") == []
+    assert os.listdir(layout.transaction_dir(root) / "committing") == []
 
 
 # ---------------------------------------------------------------- 16: closed temporary queues, in-doubt commits
@@ -342,6 +342,6 @@ def test_transacted_send_failing_past_the_point_of_no_return_is_in_doubt(root):
         target.unlink()
         target.mkdir()
     # closing retried it; failing that, recovery would have (the log says committed)
-    assert os.listdir(transaction.transaction_dir(root) / "committing") == []
+    assert os.listdir(layout.transaction_dir(root) / "committing") == []
     with Connection(root, "reader", FAST, create=True) as c:
         assert c.create_session().create_consumer(Q).receive(WAIT).body == b"committed"

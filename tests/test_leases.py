@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from dropboxmq import clients, collisions, doctor, leases, liveness as liveness_mod, netfs, store
+from dropboxmq import clients, collisions, filesystems, leases, liveness as liveness_mod, netfs, store
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
@@ -77,7 +77,7 @@ def other_hosts(monkeypatch):
     nothing (sshfs); the observer's clock is the test's."""
     clock = Clock()
     monkeypatch.setattr(clients.fcntl, "flock", lambda fd, op: None)
-    monkeypatch.setattr(doctor, "flock_trusted", lambda root: False)
+    monkeypatch.setattr(filesystems, "flock_trusted", lambda root: False)
     monkeypatch.setattr(leases, "OBSERVER", leases.Observer(clock), raising=False)
     return clock
 
@@ -441,7 +441,7 @@ def test_recover_waits_for_leases_then_takes_only_the_dead_hosts_claims(root, mo
     from dropboxmq import recovery
 
     clock = Clock()
-    monkeypatch.setattr(doctor, "flock_trusted", lambda root: False)
+    monkeypatch.setattr(filesystems, "flock_trusted", lambda root: False)
     monkeypatch.setattr(leases, "OBSERVER", leases.Observer(clock))
     naps: list[float] = []
 

@@ -157,10 +157,11 @@ def test_table_rows_are_legal_and_nothing_else_is():
 
 def test_the_log_store_renames_syncs_and_refuses_as_the_table_says(tmp_path, monkeypatch):
     from dropboxmq import transaction
+    from dropboxmq.dirs import ensure_layout
 
     synced: list[str] = []
     monkeypatch.setattr(transaction, "fsync_dir", lambda d: synced.append(d.rsplit("/", 1)[1]))
-    transaction.ensure_layout(tmp_path)
+    ensure_layout(tmp_path)
     store = transaction.LogStore(tmp_path)
     for name in ("a", "b"):
         store.close(store.open(name), sync=False)

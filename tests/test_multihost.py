@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq import Connection, Queue, doctor
+from dropboxmq import Connection, Queue, doctor, filesystems
 from dropboxmq.filesystems import UnsupportedFileSystemError
 from dropboxmq_stress import netfs
 
@@ -36,24 +36,24 @@ CLEAN = doctor.Probes(fs_type="fuse.mfs", other_fs_type="fuse.mfs", two_mounts=T
 
 def test_all_properties_hold_is_supported_with_notes_for_differences():
     v = doctor.judge(CLEAN)
-    assert (v.level, v.reasons, v.exit_code) == (doctor.SUPPORTED, (), 0)
+    assert (v.level, v.reasons, v.exit_code) == (filesystems.SUPPORTED, (), 0)
     assert any("EINVAL" in n for n in v.notes) and any("whole-second" in n for n in v.notes)
 
 
 def test_local_file_system_probed_through_one_mount_is_supported():
     p = replace(CLEAN, fs_type="ext4", other_fs_type=None, two_mounts=False, noreplace="works")
-    assert doctor.judge(p).level == doctor.SUPPORTED
+    assert doctor.judge(p).level == filesystems.SUPPORTED
 
 
 def test_network_file_system_probed_through_one_mount_needs_leases():
     v = doctor.judge(replace(CLEAN, two_mounts=False, other_fs_type=None))
-    assert v.level == doctor.SUPPORTED_WITH_LEASES and "--other" in v.reasons[0]
+    assert v.level == filesystems.SUPPORTED_WITH_LEASES and "--other" in v.reasons[0]
 
 
 def test_locks_not_crossing_mounts_need_leases():
     v = doctor.judge(replace(CLEAN, flock_across=False, fcntl_across=False,
                              link_loser={"EEXIST": 60, "EPERM": 40}))
-    assert v.level == doctor.SUPPORTED_WITH_LEASES and v.exit_code == 3
+    assert v.level == filesystems.SUPPORTED_WITH_LEASES and v.exit_code == 3
     assert "flock does not exclude across mounts" in v.reasons[0]
     assert any("EPERM 40" in n for n in v.notes)
 
@@ -71,14 +71,14 @@ def test_locks_not_crossing_mounts_need_leases():
 ])
 def test_a_broken_property_is_unsafe_and_says_which(broken, words):
     v = doctor.judge(replace(CLEAN, flock_across=False, **broken))
-    assert v.level == doctor.UNSAFE and v.exit_code == 4
+    assert v.level == filesystems.UNSAFE and v.exit_code == 4
     assert words in v.reasons[0], v.reasons   # the unsafe reason comes before the lease need
     assert v.one_line().startswith("unsafe: ")
 
 
 def test_gluster_phantom_eexist_and_client_clock_are_notes_not_failures():
     v = doctor.judge(replace(CLEAN, excl_phantom=3, mtime_offset_s=5.0, mtime_subsecond=True))
-    assert v.level == doctor.SUPPORTED
+    assert v.level == filesystems.SUPPORTED
     assert any("does not prove the file exists" in n for n in v.notes)
     assert any("5.0 s away" in n for n in v.notes)
 
@@ -97,8 +97,8 @@ def test_doctor_on_a_local_disk_says_supported_and_records_it(tmp_path):
     code, out = _doctor(tmp_path)
     assert (code, out["verdict"]) == (0, "supported"), out
     assert out["probes"]["rename_both"] == 0 and out["probes"]["noreplace"] == "works"
-    assert doctor.verdict_for(tmp_path) == doctor.Verdict("supported", (), tuple(out["notes"]))
-    assert [p.name for p in tmp_path.iterdir()] == [doctor.RECORD]   # the scratch directory is gone
+    assert filesystems.verdict_for(tmp_path) == filesystems.Verdict("supported", (), tuple(out["notes"]))
+    assert [p.name for p in tmp_path.iterdir()] == [filesystems.RECORD]   # the scratch directory is gone
 
 
 def test_doctor_on_tmpfs_says_supported(tmp_path):
@@ -124,7 +124,7 @@ def test_an_unsafe_record_is_refused_with_its_reason_even_when_forced(root):
 def test_a_record_for_another_file_system_type_is_ignored(root):
     p = replace(CLEAN, fs_type="fuse.smbnetfs", excl_both=5)
     doctor.record(root, p, doctor.judge(p))
-    assert doctor.verdict_for(root) is None
+    assert filesystems.verdict_for(root) is None
     with Connection(root, "a", create=True):
         pass
 
@@ -294,14 +294,14 @@ def test_a_hostile_record_is_ignored_not_waited_on(root):
     """A FIFO, a directory or garbage under the record's name: no verdict, and nothing blocks."""
     import os
 
-    rec = root / doctor.RECORD
+    rec = root / filesystems.RECORD
     os.mkfifo(rec)
-    assert doctor.verdict_for(root) is None
+    assert filesystems.verdict_for(root) is None
     rec.unlink()
     rec.mkdir()
-    assert doctor.verdict_for(root) is None
+    assert filesystems.verdict_for(root) is None
     rec.rmdir()
     rec.write_text("{not json")
-    assert doctor.verdict_for(root) is None
+    assert filesystems.verdict_for(root) is None
     with Connection(root, "a", create=True):
         pass

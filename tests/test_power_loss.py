@@ -270,7 +270,7 @@ def power_loss_trial(scratch: Path, seed: int, mode: str = "boundary", n_ops: in
     """One seeded run ending in a power loss; returns {problems: [...], ...}."""
     from dropboxmq.recovery import recover
     from dropboxmq_stress import nemesis
-    from dropboxmq.transaction import ensure_layout
+    from dropboxmq.dirs import ensure_layout
 
     rng = random.Random(seed * 7919 + 1)
     base = scratch / f"seed{seed}-{mode}"

@@ -13,7 +13,7 @@ import pytest
 
 import dropboxmq.browser as browser_mod
 import dropboxmq.consumer as consumer_mod
-from dropboxmq import codec, filesystems, ids, recovery, transaction
+from dropboxmq import codec, filesystems, ids, layout, recovery
 from dropboxmq.errors import IllegalStateError, InvalidClientIDError, InvalidDestinationError, NameTooLongError
 from dropboxmq.filesystems import UnsupportedFileSystemError
 from dropboxmq.lifecycle import Move, State
@@ -208,8 +208,8 @@ def test_transacted_sends_invisible_until_commit(root):
         s.commit()
         assert len(ls(root, "Q1", "target")) == 3 and ls(root, "Q1", "working") == []
         assert [m.message_id for m in drain(cons)] == ids
-    assert os.listdir(transaction.transaction_dir(root) / "committing") == []
-    assert os.listdir(transaction.transaction_dir(root) / "associated") == []
+    assert os.listdir(layout.transaction_dir(root) / "committing") == []
+    assert os.listdir(layout.transaction_dir(root) / "associated") == []
 
 
 def test_rollback_discards_sends(root):
@@ -333,7 +333,7 @@ def test_commit_is_crash_atomic(root, point):
     report = recovery.recover(root)
     forward = point != "before-committing"
     assert report.transactions == {("rolled forward" if forward else "rolled back"): 1}
-    tdir = transaction.transaction_dir(root)
+    tdir = layout.transaction_dir(root)
     assert all(os.listdir(tdir / d) == [] for d in ("associated", "committing", "rolling-back"))
     assert ls(root, "Q1", "working") == [] and ls(root, "Q1", "processing") == []
     with Connection(root, "after", FAST, create=True) as c:
@@ -687,11 +687,11 @@ def test_transacted_receives_of_killed_consumer_come_back(root):
         ids = send_texts(c, ["1", "2"])
     _kill_consumer_holding(root, 2, transacted=True)
     assert len(ls(root, "Q1", "processing")) == 2
-    assert len(os.listdir(transaction.transaction_dir(root) / "associated")) == 1
+    assert len(os.listdir(layout.transaction_dir(root) / "associated")) == 1
     with Connection(root, "rescuer", FAST, create=True) as c:  # the consumer itself reclaims (no recover())
         got = drain(c.create_session().create_consumer(Q))
     assert [m.message_id for m in got] == ids and all(m.redelivered for m in got)
-    assert os.listdir(transaction.transaction_dir(root) / "associated") == []
+    assert os.listdir(layout.transaction_dir(root) / "associated") == []
 
 
 def test_live_consumer_messages_are_not_reclaimed(root):

@@ -21,7 +21,8 @@ from dropboxmq.bodies import BytesMessage  # noqa: E402
 from dropboxmq.message import DeliveryMode, Queue, TextMessage  # noqa: E402
 from dropboxmq.connection import Connection  # noqa: E402
 from dropboxmq.store import Dropbox  # noqa: E402
-from dropboxmq.transaction import LogEntry, TransactionLog, ensure_layout, read_log  # noqa: E402
+from dropboxmq.dirs import ensure_layout  # noqa: E402
+from dropboxmq.transaction import LogEntry, TransactionLog, read_log  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

@@ -304,7 +304,7 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
     """ENOSPC while applying a commit: the log stays in committing/ (the commit reports it in
     doubt); once the owner's connection is gone (even closed cleanly, its own last try failing
     too), recovery rolls it forward."""
-    from dropboxmq import recovery, transaction
+    from dropboxmq import recovery
 
     with Connection(root, "a", FAST, create=True) as c:
         c.create_session().create_producer(Q).send(TextMessage(body=b"received"))
@@ -314,7 +314,7 @@ def test_commit_failing_past_the_point_of_no_return_is_finished_by_recovery(root
         monkeypatch.setattr(store, "rename_noreplace", _enospc_for("processed", store.rename_noreplace))
         with pytest.raises(TransactionInDoubtError, match="no space"):
             s.commit()
-        assert len(os.listdir(transaction.transaction_dir(root) / "committing")) == 1
+        assert len(os.listdir(layout.transaction_dir(root) / "committing")) == 1
     monkeypatch.undo()
     report = recovery.recover(root)
     assert report.transactions == {"rolled forward": 1}
@@ -442,7 +442,6 @@ def test_a_failed_fsync_of_one_file_of_a_batch_fails_the_batch_and_sends_none(ro
 
 
 def test_transacted_commit_next_to_unwritten_data_fsyncs_the_log_and_every_sent_file(root, monkeypatch):
-    from dropboxmq import transaction
 
     with Connection(root, "a", FAST, create=True) as c:
         s = c.create_session(transacted=True)
@@ -454,7 +453,7 @@ def test_transacted_commit_next_to_unwritten_data_fsyncs_the_log_and_every_sent_
         s.commit()
         monkeypatch.undo()
     assert calls["syncfs"] == []
-    associated = str(transaction.transaction_dir(root) / "associated")
+    associated = str(layout.transaction_dir(root) / "associated")
     assert [f for f in calls["fsync"] if os.path.dirname(f) == associated]  # the log itself
     working = str(root / "Q1" / "incoming" / "working")
     assert {os.path.basename(f) for f in calls["fsync"] if os.path.dirname(f) == working} == names

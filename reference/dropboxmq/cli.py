@@ -286,8 +286,7 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
     Example:  dropboxmq --root /srv/mq init orders invoices
     """
     from . import layout
-    from .dirs import ensure_dropbox
-    from .transaction import ensure_layout
+    from .dirs import ensure_dropbox, ensure_layout
 
     root = ctx.obj["root"]
     boxes = [layout.queue_box(root, Queue(q)) for q in queues]  # validate every name first

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import codec
+from . import codec, filesystems
+from .dirs import owns_pending_logs
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
 from .store import NotARegularFile, open_regular
@@ -58,12 +59,10 @@ class Registration:
         self._fd: int | None = fd
         self._write_lock = threading.Lock()
         self._renewer: "leases.Renewer | None" = None
-        from . import doctor  # (the root's file system: asked once per root)
-
         try:
             # where a free lock proves death on every host, nobody reads the lease: no renewals and
             # no fencing (a process stopped for a while, a laptop asleep, keeps its messages)
-            if not doctor.flock_trusted(self.root):
+            if not filesystems.flock_trusted(self.root):
                 from . import leases
 
                 self._renewer = leases.take_over((str(self.root), client_id), self.path, fd, self._write_beat,
@@ -136,8 +135,6 @@ class Registration:
             return
         if self._renewer is not None:
             self._renewer.stop()
-        from .transaction import owns_pending_logs
-
         if not owns_pending_logs(self.root, self.client_id):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)  # while still holding the lock: see the inode check in _lock

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from . import codec, ids, layout
+from .dirs import ensure_dropbox, ensure_layout
+from .filesystems import admit
 from .ackmode import AckMode
 from .clients import Registration
 from .errors import IllegalStateError, RootNotFoundError
@@ -57,12 +59,8 @@ class Connection:
             from .hints import root_not_found  # (the error's did-you-mean)
 
             raise root_not_found(self.root)
-        from .doctor import admit  # (the probes' module: not on the send/receive path)
-
         admit(self.root, self.settings.allow_network_fs or allow_network_fs)
-        from .transaction import ensure_layout  # (the transaction log's directories)
-
-        ensure_layout(self.root)
+        ensure_layout(self.root)  # the transaction logs' directories
         self.client_id_generated = client_id is None
         self.client_id = client_id or ids.new_message_id()[3:]
         self.registration = Registration(self.root, self.client_id, self.settings.lease)
@@ -101,8 +99,6 @@ class Connection:
         if box is None or create:  # look (or make the directories) once per connection, not once per send
             box = layout.queue_box(self.root, queue)
             if create or self.create:
-                from .dirs import ensure_dropbox  # (making queues: once per queue and connection)
-
                 ensure_dropbox(box)
             elif not box.exists():
                 from .hints import missing_queue  # (the error's did-you-mean)

@@ -1,8 +1,10 @@
 """Directories made under a root, off the message path: a queue's or a subscription's state
 directories (``init``, ``create_queue``, a connection with ``create=True``), the root's own
-internal ones (the clients' registrations, the transaction logs).  Each is made durably and never
-through a symlink: a symlinked internal directory could lead out of the root.  And small files
-replaced durably in them (``replace_durably``: a claim register entry, a staged log, a manifest).
+internal ones (the clients' registrations, the transaction logs: ``ensure_layout`` at every
+connect).  Each is made durably and never through a symlink: a symlinked internal directory could
+lead out of the root.  And small files replaced durably in them (``replace_durably``: a claim
+register entry, a staged log, a manifest); the listing of the logs' directories (``pending_logs``:
+read at every close, the log machinery itself, transaction.py, only when there is a log).
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Iterator
 
 from .errors import StoreError
+from .layout import log_owner, transaction_dir
 from .lifecycle import STATE_DIRS
+from .log_lifecycle import LOG_DIRS, LogState
 from .store import Dropbox, fsync_dir, write_all
 
-__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir", "replace_durably"]
+__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir", "replace_durably", "ensure_layout",
+           "log_names", "pending_logs", "owns_pending_logs"]
 
 
 def ensure_dropbox(box: Dropbox) -> Dropbox:
@@ -100,3 +106,41 @@ def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
+
+
+# ---------------------------------------------------------------- the transaction logs' directories
+
+
+def ensure_layout(root: Path) -> None:
+    """The root's internal directories: one per log state."""
+    for d in LOG_DIRS:
+        ensure_plain_dir(root, transaction_dir(root) / d)
+
+
+def log_names(root: Path, state: LogState) -> list[str]:
+    """The logs in ``state``'s directory, sorted ([] when it is missing, not a directory,
+    or a symlink: a symlinked log directory holds no log of ours -- never follow it)."""
+    d = transaction_dir(root) / str(state.value)
+    if not is_plain_path(root, d):
+        return []
+    try:
+        return sorted(os.listdir(d))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def pending_logs(root: Path, states: tuple[LogState, ...] = (LogState.COMMITTING, LogState.ASSOCIATED,
+                                                              LogState.ROLLING_BACK)) -> Iterator[tuple[LogState, Path]]:
+    """(state, path) of every log still on disk (in ``states``)."""
+    for state in states:
+        for name in log_names(root, state):
+            yield state, transaction_dir(root) / str(state.value) / name
+
+
+def owns_pending_logs(root: Path, client_id: str) -> bool:
+    """Does ``client_id`` own a log still to finish?  Then its registration stays when it closes:
+    with the lock gone the owner reads as dead, and recovery finishes the transaction."""
+    try:
+        return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
+    except OSError:
+        return True  # cannot tell: keep the registration, the safe side

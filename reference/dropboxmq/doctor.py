@@ -16,10 +16,10 @@ racers are separate processes (fcntl locks are per process; two processes race f
 * **unsafe**: a claim or a create is not exclusive, a new file never shows on the other
   mount, fsync fails, or there is no no-replace primitive at all.
 
-``doctor`` records its verdict in the root (:data:`RECORD`, a dot file: layouts skip dot
-names); :func:`verdict_for` reads it back, and the store refuses an unsafe root with the
-verdict's first reason and accepts a qualified one on a network file system without
-``--allow-network-fs``.
+``doctor`` records its verdict in the root (``filesystems.RECORD``, a dot file: layouts skip dot
+names); ``filesystems.verdict_for`` reads it back, and a connection (``filesystems.admit``)
+refuses an unsafe root with the verdict's first reason and accepts a qualified one on a network
+file system without ``--allow-network-fs``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import shutil
 import socket
-import stat
 import time
 import uuid
 from collections import Counter
@@ -40,21 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .filesystems import UnsupportedFileSystemError
+from .filesystems import RECORD, SUPPORTED, SUPPORTED_WITH_LEASES, UNSAFE, Verdict
 
-__all__ = [
-    "admit", "flock_trusted",
-    "Probes", "Verdict", "probe", "judge", "verdict_for", "record", "RECORD",
-    "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "EXIT_CODES", "LOCAL_FILE_SYSTEMS",
-]
-
-SUPPORTED = "supported"
-SUPPORTED_WITH_LEASES = "supported with leases"
-UNSAFE = "unsafe"
-#: ``dropboxmq doctor``'s exit status per verdict (1: the probes could not run; 2: usage).
-EXIT_CODES = {SUPPORTED: 0, SUPPORTED_WITH_LEASES: 3, UNSAFE: 4}
-
-RECORD = ".dropboxmq-doctor.json"
+__all__ = ["Probes", "probe", "judge", "record", "LOCAL_FILE_SYSTEMS"]
 
 #: File systems that live on this host only: locks are the kernel's, one mount is the whole story.
 LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "jfs",
@@ -94,20 +81,6 @@ class Probes:
     mtime_subsecond: bool = True
     fsync_file: str = "ok"
     fsync_dir: str = "ok"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    level: str
-    reasons: tuple[str, ...]   # why not better (unsafe first, then lease needs)
-    notes: tuple[str, ...]     # what holds but differs from a local disk
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.level]
-
-    def one_line(self) -> str:
-        return f"{self.level}: {self.reasons[0]}" if self.reasons else self.level
 
 
 # ---------------------------------------------------------------- the verdict (pure)
@@ -441,58 +414,3 @@ def record(root: Path, probes: Probes, verdict: Verdict) -> None:
     os.replace(tmp, Path(root) / RECORD)
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file (a root may be hostile: no FIFO to block on, no symlink to
-    /dev/zero to read forever)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
-def verdict_for(root: Path) -> Verdict | None:
-    """The verdict ``dropboxmq doctor`` recorded for ``root``, or None (never probed, unreadable,
-    or recorded for another file system type than the one mounted there now)."""
-    try:
-        data = json.loads(_read_regular(Path(root) / RECORD, 1 << 20))
-        if data["fs_type"] != mount_type(Path(root)) or data["level"] not in EXIT_CODES:
-            return None
-        return Verdict(data["level"], tuple(data["reasons"]), tuple(data["notes"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-_trusted: dict[str, bool] = {}
-
-
-def flock_trusted(root: Path) -> bool:
-    """Does a free flock under ``root`` prove its owner dead on every host (else a registration needs
-    its lease: leases.py)?  The verdict recorded for the root ("supported": locks cross mounts;
-    "supported with leases": they do not), else the file system's type.  Asked once per root."""
-    from .filesystems import file_system_type, flock_crosses_mounts
-
-    key = str(root)
-    trusted = _trusted.get(key)
-    if trusted is None:
-        verdict = verdict_for(Path(root))
-        trusted = verdict.level == SUPPORTED if verdict is not None else \
-            flock_crosses_mounts(file_system_type(Path(root)))
-        _trusted[key] = trusted
-    return trusted
-
-
-def admit(root: Path, allow_network: bool) -> None:
-    """Open ``root`` only on a file system fit for it: refuse a root ``dropboxmq doctor`` judged
-    unsafe (even when forced: its races are not exclusive), accept one it qualified, and without a
-    verdict leave it to ``filesystems.check_file_system`` (an unqualified network file system needs
-    the flag)."""
-    from .filesystems import check_file_system
-
-    verdict = verdict_for(root)
-    if verdict is None:
-        check_file_system(root, allow_network)
-    elif verdict.level == UNSAFE:
-        raise UnsupportedFileSystemError(f"{root}: judged unsafe by dropboxmq doctor: {verdict.reasons[0]}")

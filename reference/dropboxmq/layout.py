@@ -1,14 +1,16 @@
-"""Where a queue lives under a root (PROTOCOL.md §1, 1.2-compatible).  Pure path logic; a topic's
-directories are ``topics.py``'s, every dropbox under a root (a walk) ``inventory.py``'s."""
+"""Where a queue and the transaction logs live under a root (PROTOCOL.md §1, 1.2-compatible).  Pure
+path logic; a topic's directories are ``topics.py``'s, every dropbox under a root (a walk)
+``inventory.py``'s, making and listing the logs' directories ``dirs.py``'s."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .codec import decode_field
 from .message import Queue
 from .store import Dropbox
 
-__all__ = ["DEFAULT_ROOT", "INTERNAL", "queue_box"]
+__all__ = ["DEFAULT_ROOT", "INTERNAL", "queue_box", "transaction_dir", "log_owner"]
 
 DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 INTERNAL = "dropboxmq"
@@ -16,3 +18,13 @@ INTERNAL = "dropboxmq"
 
 def queue_box(root: Path, queue: Queue) -> Dropbox:
     return Dropbox(Path(root) / queue.name / "incoming", root)
+
+
+def transaction_dir(root: Path) -> Path:
+    """Where the transaction logs are: one directory per log state (``log_lifecycle.LOG_DIRS``)."""
+    return Path(root) / INTERNAL / "transaction"
+
+
+def log_owner(log_name: str) -> str:
+    """The client id that owns a log named ``<enc(clientId)>~<session>~<seq>``."""
+    return decode_field(log_name.split("~", 1)[0])

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import clients, codec, doctor, leases
+from . import clients, codec, filesystems, leases
 from .store import NotARegularFile, open_regular
 
 log = logging.getLogger("dropboxmq")
@@ -53,7 +53,7 @@ def _liveness(root: Path, client_id: str) -> tuple[str, bool]:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return "alive", False  # its owner holds it exclusive
-        if doctor.flock_trusted(Path(root)):
+        if filesystems.flock_trusted(Path(root)):
             return "dead", False
         data = leases.read_from(fd)
     finally:
@@ -69,7 +69,7 @@ def settle_leases(root: Path, timeout: float | None = None) -> None:
     unchanged past its bound: dead), so that a one-shot recovery (``dropboxmq recover``) can
     tell a dead client from a live one on another host.  Returns at once where flock crosses
     mounts; else waits up to the longest bound (``timeout`` caps it)."""
-    if doctor.flock_trusted(Path(root)):
+    if filesystems.flock_trusted(Path(root)):
         return
     clock = leases.OBSERVER.clock
     started = clock()

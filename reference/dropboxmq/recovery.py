@@ -30,15 +30,16 @@ from pathlib import Path
 from typing import Callable
 
 from . import claims, codec, inventory, layout, retention
+from .layout import log_owner
 from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
-from .dirs import ensure_plain_dir
+from .dirs import ensure_plain_dir, pending_logs
 from .store import Dropbox, NotARegularFile
 from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished
 from .log_lifecycle import LogState
-from .transaction import CorruptLogError, drop_interrupted_link, log_owner, logged_sends, pending_logs, recover_log
+from .transaction import CorruptLogError, drop_interrupted_link, logged_sends, recover_log
 
 log = logging.getLogger("dropboxmq")
 

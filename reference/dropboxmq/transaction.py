@@ -29,14 +29,15 @@ import os
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from . import claims, codec
 from .errors import IllegalStateError, JMSException, StoreError
 from .lifecycle import Move, State
-from .log_lifecycle import LOG_DIRS, NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
+from .log_lifecycle import NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
-from .dirs import ensure_plain_dir, is_plain_path, replace_durably
+from .dirs import is_plain_path, log_names, replace_durably
+from .layout import transaction_dir
 from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
 
 if TYPE_CHECKING:
@@ -45,8 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
-    "transaction_dir", "ensure_layout", "log_owner", "owns_pending_logs", "box_in_root", "apply_moves",
-    "roll_forward", "roll_back", "read_log", "pending_logs", "logged_sends", "recover_log", "drop_interrupted_link",
+    "box_in_root", "apply_moves", "roll_forward", "roll_back", "read_log", "logged_sends", "recover_log", "drop_interrupted_link",
     "TransactionRolledBackError", "TransactionInDoubtError", "session_log", "record_receive", "end_transaction",
     "rollback_session",
 ]
@@ -131,29 +131,6 @@ def is_file_name(name: object) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def transaction_dir(root: Path) -> Path:
-    return Path(root) / "dropboxmq" / "transaction"
-
-
-def ensure_layout(root: Path) -> None:
-    for d in LOG_DIRS:
-        ensure_plain_dir(root, transaction_dir(root) / d)
-
-
-def log_owner(log_name: str) -> str:
-    """The client id that owns a log named ``<enc(clientId)>~<session>~<seq>``."""
-    return codec.decode_field(log_name.split("~", 1)[0])
-
-
-def owns_pending_logs(root: Path, client_id: str) -> bool:
-    """Does ``client_id`` own a log still to finish?  Then its registration stays when it closes:
-    with the lock gone the owner reads as dead, and recovery finishes the transaction."""
-    try:
-        return any(log_owner(path.name) == client_id for _, path in pending_logs(root))
-    except OSError:
-        return True  # cannot tell: keep the registration, the safe side
-
-
 # ---------------------------------------------------------------- the I/O shell of the log table
 
 
@@ -221,15 +198,8 @@ class LogStore:
         return after
 
     def names(self, state: LogState) -> list[str]:
-        """The logs in ``state``'s directory, sorted ([] when it is missing, not a directory,
-        or a symlink: a symlinked log directory holds no log of ours -- never follow it)."""
-        d = self.base / state.value
-        if not is_plain_path(self.root, d):
-            return []
-        try:
-            return sorted(os.listdir(d))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        """The logs in ``state``'s directory, sorted (``dirs.log_names``)."""
+        return log_names(self.root, state)
 
 
 class TransactionLog:
@@ -567,15 +537,6 @@ def read_log(path: Path) -> list[LogEntry]:
         except (ValueError, KeyError, TypeError):
             break  # a torn last line: the op it describes never happened
     return entries
-
-
-def pending_logs(root: Path, states: tuple[LogState, ...] = (_L.COMMITTING, _L.ASSOCIATED, _L.ROLLING_BACK)
-                 ) -> Iterator[tuple[LogState, Path]]:
-    """(state, path) of every log still on disk (in ``states``)."""
-    store = LogStore(root)
-    for state in states:
-        for name in store.names(state):
-            yield state, store.path(state, name)
 
 
 def logged_sends(root: Path) -> set[str]:

@@ -114,7 +114,7 @@ from pyspark.sql.types import StructType
 
 from dropboxmq import claims, codec, ids, javanum, layout, producer, topics
 from dropboxmq.clients import Registration
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.dirs import ensure_dropbox, ensure_layout
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
@@ -135,7 +135,6 @@ from dropboxmq.transaction import (
     LogEntry,
     LogStore,
     TransactionLog,
-    ensure_layout,
     read_log,
     recover_log,
     roll_forward,

@@ -300,7 +300,9 @@ def consistency(root: str | Path) -> dict:
     from dropboxmq import codec, inventory
     from dropboxmq.liveness import liveness
     from dropboxmq.lifecycle import STATE_DIRS, State
-    from dropboxmq.transaction import log_owner, pending_logs, read_log
+    from dropboxmq.dirs import pending_logs
+    from dropboxmq.layout import log_owner
+    from dropboxmq.transaction import read_log
 
     root = Path(root)
     report: dict[str, Any] = {"dropboxes": 0, "messages": 0, "in-two-states": [], "undecodable": [],

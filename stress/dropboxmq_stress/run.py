@@ -255,7 +255,7 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
     root.mkdir(parents=True, exist_ok=True)
     from dropboxmq import layout
     from dropboxmq.dirs import ensure_dropbox
-    from dropboxmq.transaction import ensure_layout
+    from dropboxmq.dirs import ensure_layout
 
     ensure_layout(root)
     ensure_dropbox(layout.queue_box(root, Queue(w.queue)))
