@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dropboxmq import clients, codec, inventory, layout, topics
+from dropboxmq import clients, codec, inventory, layout, topics, transaction
 from dropboxmq.dirs import ensure_dropbox
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
@@ -245,7 +245,6 @@ def test_1_a_name_dropped_twice_is_delivered_twice_and_stops_nothing(root):
 
 def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root, monkeypatch):
     """Whatever keeps one dead publisher's commit from finishing, consumers elsewhere go on."""
-    from dropboxmq import recovery
 
     with Connection(root, "worker", FAST, create=True) as conn:
         session = conn.create_session()
@@ -254,7 +253,7 @@ def test_1_a_log_that_cannot_be_finished_does_not_stop_the_other_consumers(root,
         def broken(*args, **kwargs):
             raise StoreError("cannot send x: y already exists")
 
-        monkeypatch.setattr(recovery, "recover_log", broken)  # what finish_dead_commits calls
+        monkeypatch.setattr(transaction, "recover_log", broken)  # what finish_dead_commits calls
         committing = root / "dropboxmq" / "transaction" / "committing"
         (committing / "ghost~tag~1").write_text("")
         (root / "dropboxmq" / "clients" / "ghost").write_text("")  # registered, lock free: dead

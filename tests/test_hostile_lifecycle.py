@@ -140,14 +140,14 @@ def test_orphan_sweep_reads_the_logs_after_listing_working(root, monkeypatch):
     ctx = fork_context()
     go, sent, commit = ctx.Event(), ctx.Event(), ctx.Event()
     child = _run(_transacted_sender, str(root), go, sent, commit)
-    real = recovery.reclaim_orphans
+    real = topics.reclaim_orphans
 
     def between_logs_and_sweep(r):
         go.set()
         assert sent.wait(LIMIT)
         return real(r)
 
-    monkeypatch.setattr(recovery, "reclaim_orphans", between_logs_and_sweep)
+    monkeypatch.setattr(topics, "reclaim_orphans", between_logs_and_sweep)
     try:
         report = recovery.recover(root, orphan_age=0)
     finally:

@@ -14,6 +14,11 @@ processing/ sweep could REDELIVER them):
    crash left of a subscription's creation (older than ``orphan_age``) or removal.
 
 A root-wide flock serialises recoverers; live owners are never touched.
+
+What a connection schedules (``housekeeping``, ``finish_own``) runs on every consumer: it loads
+only this module and liveness.py; the log machinery (transaction.py), the claim register, topics
+and the walk of every dropbox are imported where there is work for them (a dead owner, a log to
+finish, the operator's ``recover``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import claims, codec, inventory, layout, retention
+from . import codec, layout
 from .layout import log_owner
 from .liveness import is_dead, settle_leases
 from .codec import from_wire, now_ms
@@ -37,9 +42,7 @@ from .dirs import ensure_plain_dir, pending_logs
 from .store import Dropbox, NotARegularFile
 from .errors import StoreError
 from .lifecycle import Move, State
-from .topics import reclaim_orphans, sweep_unfinished
 from .log_lifecycle import LogState
-from .transaction import CorruptLogError, drop_interrupted_link, logged_sends, recover_log
 
 log = logging.getLogger("dropboxmq")
 
@@ -120,6 +123,10 @@ def recover(
     ``assume_unknown_dead`` also reclaims entries of never-registered (foreign/1.2) clients.
     Where flock does not cross mounts, first watches the clients' leases until each is decided
     (up to 1.5 x the longest lease: leases.py), so a client on another host is not taken for dead."""
+    from . import claims, inventory
+    from .topics import reclaim_orphans, sweep_unfinished
+    from .transaction import recover_log
+
     root = Path(root)
     report = RecoveryReport()
     settle_leases(root)
@@ -186,6 +193,8 @@ def _sweep_working(root: Path, box, cutoff: float, quarantine: bool, report: Rec
                     old.append(name)
             except StoreError as exc:
                 report.errors.append(str(exc))
+        from .transaction import logged_sends  # (recover()'s sweep: recover() loaded the log machinery)
+
         logged = logged_sends(root) if old else set()
         for name in old:
             if name in logged:
@@ -250,6 +259,8 @@ def reclaim_own_leftovers(root: Path, client_id: str) -> int:
 
     if holds_claims(root, client_id):
         return 0
+    from . import inventory  # (a connection with a client id: its predecessor's claims anywhere)
+
     moved = 0
     for _, box in inventory.all_dropboxes(root):
         for pname in box.list(State.DELIVERED):
@@ -263,6 +274,9 @@ def _give_back(box: Dropbox, pname: str, original: str) -> int:
     """REDELIVER a dead owner's ``processing/<pname>`` (1 if it moved).  An alias claim goes
     back under its message's name, its count kept by the claim register (claims.py); one
     whose register entry is lost has no headers left to deliver: DEAD_LETTER, for an operator."""
+    from . import claims  # (a dead owner's claim: the register and the log machinery only then)
+    from .transaction import drop_interrupted_link
+
     try:
         if codec.alias_inode(pname) is not None:
             name = claims.original_name(box, pname)
@@ -320,6 +334,8 @@ def finish_dead_commits(root: Path) -> int:
 
 def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
     """recover_log, leaving alone (with a warning) what is no log of ours."""
+    from .transaction import CorruptLogError, recover_log  # (a log to finish: the machinery only then)
+
     try:
         recover_log(root, where, path)
     except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
@@ -368,4 +384,6 @@ def housekeeping(root: Path, box: Dropbox, retention_seconds: float | None) -> N
     finish_dead_commits(root)
     reclaim_dead_owners(root, box)
     if retention_seconds is not None:
+        from . import retention  # (only with a retention set)
+
         retention.prune(box, ["processed", "expired"], retention_seconds, root=root)
