@@ -35,8 +35,11 @@ __all__ = [
 ]
 
 #: the modules the names above come from, each listing its own in its ``__all__``
-_SOURCES = ("errors", "message", "bodies", "ackmode", "connection", "session", "producer", "consumer", "listeners",
-            "browser", "temporary", "values", "selector", "transaction", "leases")
+#: searched in this order: the send -> receive path's modules first, so that a name of the path
+#: (``from dropboxmq import Connection, Queue``) never loads a module off it (bodies.py and what it
+#: imports, when a non-text body is used)
+_SOURCES = ("errors", "message", "ackmode", "values", "connection", "session", "producer", "consumer", "bodies",
+            "listeners", "browser", "temporary", "selector", "transaction", "leases")
 
 if TYPE_CHECKING:
     from .errors import (DropboxMQError, IllegalStateError, InvalidClientIDError, InvalidDestinationError,
