@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import codec, topics
+from . import codec, layout, topics
 from .message import DeliveryMode, Topic
 from .connection import Connection, Settings
 from .consumer import MessageConsumer
@@ -29,7 +29,7 @@ POLL_SECONDS = 0.2
 
 
 def topics_with_incoming(root: Path) -> Iterator[Topic]:
-    top = Path(root) / topics.TOPIC_ROOT
+    top = Path(root) / layout.TOPIC_ROOT
     for dirpath, dirnames, _ in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         if os.path.isdir(os.path.join(dirpath, ".incoming", "target")):

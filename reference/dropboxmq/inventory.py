@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from .layout import INTERNAL
+from .layout import INTERNAL, TOPIC_ROOT
 from .store import Dropbox, is_real_dir
-from .topics import TOPIC_ROOT
 
 __all__ = ["all_dropboxes", "display_name"]
 

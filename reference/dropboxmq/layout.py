@@ -1,6 +1,6 @@
 """Where a queue and the transaction logs live under a root (PROTOCOL.md §1, 1.2-compatible).  Pure
-path logic; a topic's directories are ``topics.py``'s, every dropbox under a root (a walk)
-``inventory.py``'s, making and listing the logs' directories ``dirs.py``'s."""
+path logic; a topic's directories below ``TOPIC_ROOT`` are ``topics.py``'s, every dropbox under a
+root (a walk) ``inventory.py``'s, making and listing the logs' directories ``dirs.py``'s."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from .codec import decode_field
 from .message import Queue
 from .store import Dropbox
 
-__all__ = ["DEFAULT_ROOT", "INTERNAL", "queue_box", "transaction_dir", "log_owner"]
+__all__ = ["DEFAULT_ROOT", "INTERNAL", "TOPIC_ROOT", "queue_box", "transaction_dir", "log_owner"]
 
 DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 INTERNAL = "dropboxmq"
+TOPIC_ROOT = "topic-root"  # L-2: topic a.b.c is <root>/topic-root/a/b/c/
 
 
 def queue_box(root: Path, queue: Queue) -> Dropbox:

@@ -43,6 +43,7 @@ from . import codec
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
 from .dirs import ensure_dir, ensure_dropbox
+from .layout import TOPIC_ROOT
 from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,13 +56,10 @@ __all__ = [
     "SubscriptionInfo", "CorruptSubscriptionError", "Subscription", "Attachment", "subscriptions_of",
     "ancestors", "find_by_name", "subscribe", "subscribed_consumer", "open_subscription", "close_consumer",
     "unsubscribe", "fan_out_targets", "reclaim_orphans", "NEW_PREFIX", "DELETED_PREFIX", "sweep_unfinished",
-    "TOPIC_ROOT", "topic_dir", "topic_incoming", "subscriptions_dir",
+    "topic_dir", "topic_incoming", "subscriptions_dir",
 ]
 
 log = logging.getLogger(__name__)
-
-TOPIC_ROOT = "topic-root"  # L-2: topic a.b.c is <root>/topic-root/a/b/c/
-
 
 def topic_dir(root: Path, topic: Topic) -> Path:
     return Path(root).joinpath(TOPIC_ROOT, *topic.levels)

@@ -49,7 +49,7 @@ A crash before 4 leaves the associated log (rolled back by the ordinary
 recovery of a dead owner: its names are gone or still there, either way the
 moves are idempotent) and perhaps the unassociated log, which :func:`recover`
 (and so ``tpc_recover``) rolls back for a dead owner from parked *or* original
-names: presumed abort.  ``transaction.pending_logs`` and recovery.py only look at
+names: presumed abort.  ``dirs.pending_logs`` and recovery.py only look at
 associated/, committing/ and rolling-back/, so prepared/ is left alone.
 
 Phase two renames the prepared log into ``xa-committing/`` (fsynced: from
