@@ -185,3 +185,15 @@ def test_the_log_store_renames_syncs_and_refuses_as_the_table_says(tmp_path, mon
         store.move(LogState.PREPARED, LogMove.ROLL_BACK, "xa-1")
     assert store.path(LogState.PREPARED, "xa-1").read_bytes() == b"whole\n"
     assert synced == ["committing", "prepared"]
+
+
+def test_the_layouts_log_directories_are_the_log_states_of_the_table():
+    """layout.py names the log directories a connection makes and recovery lists (it loads no
+    table); they must be the table's states: every non-XA state's directory and 1.2's rolled-back/,
+    and the pending ones those a crash can leave a log in."""
+    from dropboxmq.layout import LOG_DIRS, PENDING_LOG_DIRS
+    from dropboxmq.log_lifecycle import XA_LOG_STATES, LogState
+
+    table = {s.value for s in LogState if s.value is not None and s not in XA_LOG_STATES}
+    assert set(LOG_DIRS) == table | {"rolled-back"}
+    assert set(PENDING_LOG_DIRS) == {LogState.COMMITTING.value, LogState.ASSOCIATED.value, LogState.ROLLING_BACK.value}

@@ -300,7 +300,7 @@ def test_regression_recover_races_a_live_owners_commit(tmp_path, monkeypatch):
     root = tmp_path / "root"
     with Connection(root, client_id="live", create=True):
         gone = LogStore(root).path(LogState.ASSOCIATED, "live~abc~1")  # listed, then committed by its owner
-        monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([(LogState.ASSOCIATED, gone)]))
+        monkeypatch.setattr(recovery, "pending_logs", lambda r: iter([("associated", gone)]))
         report = recovery.recover(root)
         assert report.errors == []
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import StoreError
-from .layout import log_owner, transaction_dir
+from .layout import LOG_DIRS, PENDING_LOG_DIRS, log_owner, transaction_dir
 from .lifecycle import STATE_DIRS
-from .log_lifecycle import LOG_DIRS, LogState
 from .store import Dropbox, fsync_dir, write_all
 
 __all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir", "replace_durably", "ensure_layout",
@@ -117,10 +116,10 @@ def ensure_layout(root: Path) -> None:
         ensure_plain_dir(root, transaction_dir(root) / d)
 
 
-def log_names(root: Path, state: LogState) -> list[str]:
-    """The logs in ``state``'s directory, sorted ([] when it is missing, not a directory,
+def log_names(root: Path, where: str) -> list[str]:
+    """The logs in the log directory ``where``, sorted ([] when it is missing, not a directory,
     or a symlink: a symlinked log directory holds no log of ours -- never follow it)."""
-    d = transaction_dir(root) / str(state.value)
+    d = transaction_dir(root) / where
     if not is_plain_path(root, d):
         return []
     try:
@@ -129,12 +128,11 @@ def log_names(root: Path, state: LogState) -> list[str]:
         return []
 
 
-def pending_logs(root: Path, states: tuple[LogState, ...] = (LogState.COMMITTING, LogState.ASSOCIATED,
-                                                              LogState.ROLLING_BACK)) -> Iterator[tuple[LogState, Path]]:
-    """(state, path) of every log still on disk (in ``states``)."""
-    for state in states:
-        for name in log_names(root, state):
-            yield state, transaction_dir(root) / str(state.value) / name
+def pending_logs(root: Path, wheres: tuple[str, ...] = PENDING_LOG_DIRS) -> Iterator[tuple[str, Path]]:
+    """(directory, path) of every log still on disk in the log directories ``wheres``."""
+    for where in wheres:
+        for name in log_names(root, where):
+            yield where, transaction_dir(root) / where / name
 
 
 def owns_pending_logs(root: Path, client_id: str) -> bool:

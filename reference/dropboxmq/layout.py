@@ -10,11 +10,17 @@ from .codec import decode_field
 from .message import Queue
 from .store import Dropbox
 
-__all__ = ["DEFAULT_ROOT", "INTERNAL", "TOPIC_ROOT", "queue_box", "transaction_dir", "log_owner"]
+__all__ = ["DEFAULT_ROOT", "INTERNAL", "TOPIC_ROOT", "LOG_DIRS", "PENDING_LOG_DIRS", "queue_box", "transaction_dir",
+           "log_owner"]
 
 DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 INTERNAL = "dropboxmq"
 TOPIC_ROOT = "topic-root"  # L-2: topic a.b.c is <root>/topic-root/a/b/c/
+#: The directories of ``transaction_dir`` every root has: the log states' (``log_lifecycle.LogState``,
+#: whose values they are; the two-phase ones are made by the first XA session) and 1.2's rolled-back/
+LOG_DIRS = ("associated", "committing", "rolling-back", "committed", "rolled-back")
+#: Where a log a crash left behind waits to be finished, in the order recovery finishes them
+PENDING_LOG_DIRS = ("committing", "associated", "rolling-back")
 
 
 def queue_box(root: Path, queue: Queue) -> Dropbox:
@@ -22,7 +28,7 @@ def queue_box(root: Path, queue: Queue) -> Dropbox:
 
 
 def transaction_dir(root: Path) -> Path:
-    """Where the transaction logs are: one directory per log state (``log_lifecycle.LOG_DIRS``)."""
+    """Where the transaction logs are: one directory per log state (``LOG_DIRS``)."""
     return Path(root) / INTERNAL / "transaction"
 
 

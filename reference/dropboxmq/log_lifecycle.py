@@ -72,7 +72,7 @@ from .lifecycle import IdentityEnum
 
 __all__ = [
     "LogState", "LogMove", "LOG_TRANSITIONS", "SYNCED", "NO_REPLACE", "SPEC_ACTIONS", "COLLAPSED",
-    "UNMODELLED", "SPEC_STATES", "LOG_DIRS", "XA_LOG_STATES", "IllegalLogMove", "next_log_state",
+    "UNMODELLED", "SPEC_STATES", "XA_LOG_STATES", "IllegalLogMove", "next_log_state",
 ]
 
 
@@ -138,11 +138,6 @@ NO_REPLACE: frozenset[tuple[LogState, LogMove]] = frozenset({
 #: The two-phase branch states (their logs are named ``xa-...``).
 XA_LOG_STATES: frozenset[LogState] = frozenset(
     {_S.UNASSOCIATED, _S.PREPARED, _S.XA_COMMITTING, _S.XA_ROLLING_BACK})
-
-#: The directories of ``dropboxmq/transaction/`` every root has (and 1.2's rolled-back/); the
-#: two-phase ones are made by the first XA session.
-LOG_DIRS: tuple[str, ...] = tuple(
-    s.value for s in LogState if s.value is not None and s not in XA_LOG_STATES) + ("rolled-back",)
 
 #: Each action of the specs that moves a log, as the move it is here (Dropbox.tla's ``log``,
 #: TwoPhaseDropbox.tla's ``mqLog``).  Every action is named once.

@@ -42,7 +42,6 @@ from .dirs import ensure_plain_dir, pending_logs
 from .store import Dropbox, NotARegularFile
 from .errors import StoreError
 from .lifecycle import Move, State
-from .log_lifecycle import LogState
 
 log = logging.getLogger("dropboxmq")
 
@@ -124,6 +123,7 @@ def recover(
     Where flock does not cross mounts, first watches the clients' leases until each is decided
     (up to 1.5 x the longest lease: leases.py), so a client on another host is not taken for dead."""
     from . import claims, inventory
+    from .log_lifecycle import LogState
     from .topics import reclaim_orphans, sweep_unfinished
     from .transaction import recover_log
 
@@ -135,7 +135,7 @@ def recover(
             owner = log_owner(path.name)
             if is_dead(root, owner, assume_unknown_dead):
                 try:
-                    outcome = recover_log(root, where, path)
+                    outcome = recover_log(root, LogState(where), path)
                 except (OSError, StoreError) as exc:
                     report.errors.append(f"{path}: {exc}")
                     continue
@@ -321,7 +321,7 @@ def finish_dead_commits(root: Path) -> int:
     publisher killed in mid fan-out is finished by the consumers of its dropboxes, not only by
     an operator's ``recover``.  Owners never registered here are left alone.  Returns how many."""
     n = 0
-    for where, path in list(pending_logs(root, (LogState.COMMITTING,))):
+    for where, path in list(pending_logs(root, ("committing",))):
         try:
             if is_dead(root, log_owner(path.name)) and _recover_ours(root, where, path):
                 n += 1
@@ -332,12 +332,13 @@ def finish_dead_commits(root: Path) -> int:
     return n
 
 
-def _recover_ours(root: Path, where: LogState, path: Path) -> bool:
+def _recover_ours(root: Path, where: str, path: Path) -> bool:
     """recover_log, leaving alone (with a warning) what is no log of ours."""
+    from .log_lifecycle import LogState
     from .transaction import CorruptLogError, recover_log  # (a log to finish: the machinery only then)
 
     try:
-        recover_log(root, where, path)
+        recover_log(root, LogState(where), path)
     except (NotARegularFile, CorruptLogError) as exc:  # hostile, not ours: left for an operator
         log.warning("transaction log %s left alone: %s", path, exc)
         return False

@@ -199,7 +199,7 @@ class LogStore:
 
     def names(self, state: LogState) -> list[str]:
         """The logs in ``state``'s directory, sorted (``dirs.log_names``)."""
-        return log_names(self.root, state)
+        return log_names(self.root, str(state.value))
 
 
 class TransactionLog:

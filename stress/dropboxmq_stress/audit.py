@@ -324,7 +324,7 @@ def consistency(root: str | Path) -> dict:
             continue
         named_by_logs.update((e.box, e.name) for e in entries if e.kind == "send")
         if alive(owner) == "dead":
-            report["dead-owner-logs"].append(f"{where.value}/{path.name}")
+            report["dead-owner-logs"].append(f"{where}/{path.name}")
     for display, box in inventory.all_dropboxes(root):
         report["dropboxes"] += 1
         rel = os.path.relpath(box.path, root)

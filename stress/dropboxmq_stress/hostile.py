@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from dropboxmq.lifecycle import STATE_DIRS
-from dropboxmq.log_lifecycle import LOG_DIRS, LogState
+from dropboxmq.layout import LOG_DIRS
+from dropboxmq.log_lifecycle import LogState
 
 
 __all__ = ["QUEUE_BOXES", "TOPIC_BOXES", "INTERNAL_DIRS", "PLACES", "KINDS", "NAMES", "JSONS", "REPLACEABLE",
