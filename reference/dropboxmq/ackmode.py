@@ -1,4 +1,4 @@
-"""The four JMS acknowledgement modes as one table (``POLICY``, JMS semantics: PROTOCOL.md §4).
+"""The four JMS acknowledgement modes as one table (``POLICY``, JMS semantics: PROTOCOL.md §9).
 Pure: ``session.Session`` executes the steps.  The columns:
 
 *take*, as a consumer claims a message: hold it until acknowledge(), or log it in the transaction

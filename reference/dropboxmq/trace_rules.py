@@ -32,10 +32,11 @@ import enum
 from types import MappingProxyType
 from typing import Mapping
 
+from . import codec
 from .lifecycle import TRANSITIONS, IllegalMove, Move, State
 
 __all__ = [
-    "Actor", "ACTORS", "PROCESS_ACTIONS", "PURGEABLE", "CountRule", "COUNT_RULES", "count_ok",
+    "Actor", "ACTORS", "PROCESS_ACTIONS", "PURGEABLE", "CountRule", "COUNT_RULES", "count_ok", "name_delivery_count",
     "state_of_directory", "move_between",
 ]
 
@@ -110,6 +111,12 @@ def count_ok(move: Move, before: int, after: int, deliveries: int) -> bool:
     if rule is CountRule.KEEP_OR_STAMP:
         return after in (before, deliveries)
     return after == deliveries
+
+
+def name_delivery_count(name: str) -> int:
+    """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix allowed); 0 for
+    none.  What it means depends on where the name is (N-7, :data:`COUNT_RULES`)."""
+    return codec.from_wire(codec.split_processing_name(name)[1], 0).delivery_count - 1
 
 
 def state_of_directory(directory: str) -> State:
