@@ -25,9 +25,8 @@ from .values import Property
 __all__ = [
     "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
     "now_ms", "encode_field", "decode_field", "encode_properties", "decode_properties", "split_name",
-    "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count",
-    "processing_name", "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key",
-    "key_priority",
+    "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count", "processing_name",
+    "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key", "key_priority",
 ]
 
 #: The JMS-defined delivery count property, stored by 1.2 as ``JMSXDeliveryCountI=<n>``.

@@ -1,8 +1,9 @@
 """What a recorded trace of the lifecycle is checked against, beside the one table of moves
 (``lifecycle.py``): who makes each move, what a move may do to the delivery count a name
-carries, the spec's process-level actions, and the way back from a directory to its state and
-from two states to the move between them.  The conformance replay and the TLC trace mapping
-(``spec/tlc_traces.py``) use these; sending, receiving and acknowledging never do.
+carries (and reading it: :func:`name_delivery_count`), the spec's process-level actions, and the
+way back from a directory to its state and from two states to the move between them.  The
+conformance replay, the TLC trace mapping (``spec/tlc_traces.py``) and recovery use these;
+sending, receiving and acknowledging never do.
 
 The delivery count in the name: one family of correct behaviours
 ----------------------------------------------------------------
