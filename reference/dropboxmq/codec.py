@@ -81,30 +81,23 @@ def decode_field(s: str) -> str:
 
 
 def _encode_pair(name: str, prop: Any) -> str:
-    if isinstance(prop, Property) and type(name) is str:
-        value = prop.value
-        try:  # the key tells apart values that compare equal: True == 1 == 1.0, and 0.0 == -0.0
-            return _encoded_pair(name, prop.letter, type(value).__qualname__,
-                                 repr(value) if type(value) is float else None, value)
-        except TypeError:  # an unhashable value: rejected below
-            pass
-    return _pair_text(name, prop)
+    if not isinstance(name, str) or not name:
+        raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
+    if not isinstance(prop, Property):
+        prop = Property.of(prop)
+    letter, value = prop.letter, prop.value
+    try:  # the key tells apart values that compare equal: True == 1 == 1.0, and 0.0 == -0.0
+        return _pair_text(name, letter, type(value).__qualname__, repr(value) if type(value) is float else None, value)
+    except TypeError:  # an unhashable value: checked (and rejected) uncached
+        return _pair_text.__wrapped__(name, letter, "", None, value)
 
 
 @functools.lru_cache(maxsize=4096)
-def _encoded_pair(name: str, letter: str, _value_type: str, _float_repr: str | None, value: Any) -> str:
-    """A producer's messages mostly carry the same pairs (its delivery mode): each is encoded once."""
-    return _pair_text(name, Property(letter, value))
+def _pair_text(name: str, letter: str, _value_type: str, _float_repr: str | None, value: Any) -> str:
+    """A producer's messages mostly carry the same pairs (its delivery mode): each is checked once."""
+    from .properties import value_text  # (messages with properties)
 
-
-def _pair_text(name: str, prop: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
-    from .properties import value_text  # (messages with properties; a pair once, cached)
-
-    if not isinstance(prop, Property):
-        prop = Property.of(prop)
-    return f"{encode_field(name)}{prop.letter}={encode_field(value_text(prop.letter, prop.value))}"
+    return f"{encode_field(name)}{letter}={encode_field(value_text(letter, value))}"
 
 
 def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> str:
