@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from dropboxmq import codec, ids, trace_rules
+from dropboxmq import codec, ids
 from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.message import TextMessage
 from dropboxmq.values import Property
@@ -24,7 +24,7 @@ def test_plain_name_is_claimed_with_its_tail_read_once():
     d = decide(name, NOW, PLAIN)
     assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 1, False)
     assert d.claimed_name == codec.with_delivery_count(name, 1)
-    assert trace_rules.name_delivery_count(d.claimed_name) == 1
+    assert codec.name_delivery_count(d.claimed_name) == 1
     assert vars(d.header) == vars(codec.from_wire(name, NOW))
     codec._read_tail.cache_clear()
     for _ in range(3):
@@ -57,7 +57,7 @@ def test_redelivered_name_counts_on_and_dead_letters_past_the_last_attempt():
     name = codec.with_delivery_count(wire(), 3)  # delivered 3 times before
     d = decide(name, NOW, ClaimSettings(max_delivery_attempts=4))
     assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 4, False)
-    assert trace_rules.name_delivery_count(d.claimed_name) == 4
+    assert codec.name_delivery_count(d.claimed_name) == 4
     d = decide(name, NOW, ClaimSettings(max_delivery_attempts=3))
     assert (d.verdict, d.delivery_count, d.dead_letter) == (Verdict.CLAIM, 4, True)
 

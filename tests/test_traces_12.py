@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dropboxmq import codec, trace_rules
+from dropboxmq import codec
 from dropboxmq_conformance import replay as R
 
 TRACES = Path(os.environ.get("DROPBOXMQ12_TRACES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"
@@ -114,7 +114,7 @@ def test_12_claims_dot_files_and_counts_at_ack():
     dot = [t for t in res.tracks.values() if t.name.startswith(".in-progress")]
     assert dot and [s.move for s in dot[0].steps if s.move] == ["Create", "Send", "Claim", "Ack"]
     acked = [r for r in recs if r.get("op") == "rename" and "/processed/" in r["dst"]]
-    assert acked and all(trace_rules.name_delivery_count(r["dst"].rsplit("/", 1)[1]) == 1 for r in acked)
+    assert acked and all(codec.name_delivery_count(r["dst"].rsplit("/", 1)[1]) == 1 for r in acked)
 
 
 @pytest.mark.slow

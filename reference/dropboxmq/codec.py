@@ -25,8 +25,9 @@ from .values import Property
 __all__ = [
     "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
     "now_ms", "encode_field", "decode_field", "encode_properties", "decode_properties", "split_name",
-    "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count", "processing_name",
-    "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key", "key_priority",
+    "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count", "name_delivery_count",
+    "processing_name", "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key",
+    "key_priority",
 ]
 
 #: The JMS-defined delivery count property, stored by 1.2 as ``JMSXDeliveryCountI=<n>``.
@@ -335,6 +336,12 @@ def with_delivery_count(name: str, count: int | None) -> str:
         return name
     result = name[:len(name) - len(parsed[2])] + _stamped_tail(parsed[2], count)  # (tails repeat: cached)
     return name if count is not None and _name_bytes(result) > MAX_NAME_BYTES else result
+
+
+def name_delivery_count(name: str) -> int:
+    """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix allowed); 0 for
+    none.  What it means depends on where the name is (N-7, ``trace_rules.COUNT_RULES``)."""
+    return from_wire(split_processing_name(name)[1], 0).delivery_count - 1
 
 
 # ---------------------------------------------------------------- claimed and temporary names (N-9)

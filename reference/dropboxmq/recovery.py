@@ -37,7 +37,6 @@ from .store import Dropbox, NotARegularFile
 from .errors import StoreError
 from .lifecycle import Move, State
 from .topics import reclaim_orphans, sweep_unfinished
-from .trace_rules import name_delivery_count
 from .log_lifecycle import LogState
 from .transaction import CorruptLogError, drop_interrupted_link, log_owner, logged_sends, pending_logs, recover_log
 
@@ -216,7 +215,7 @@ def redelivery_name(original: str) -> str:
     one; a claim that keeps the name (1.2) left none on a first delivery: stamp 1.  (A
     kept name that already carries n cannot be told from a stamped one: it stays, so the
     flag is right, and the count is exact whenever the claim stamped it.)"""
-    return original if name_delivery_count(original) else codec.with_delivery_count(original, 1)
+    return original if codec.name_delivery_count(original) else codec.with_delivery_count(original, 1)
 
 
 def _rename_results(pname: str, original: str) -> Callable[[State, str], bool]:

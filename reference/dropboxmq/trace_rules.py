@@ -1,9 +1,8 @@
 """What a recorded trace of the lifecycle is checked against, beside the one table of moves
 (``lifecycle.py``): who makes each move, what a move may do to the delivery count a name
-carries (and reading it: :func:`name_delivery_count`), the spec's process-level actions, and the
-way back from a directory to its state and from two states to the move between them.  The
-conformance replay, the TLC trace mapping (``spec/tlc_traces.py``) and recovery use these;
-sending, receiving and acknowledging never do.
+carries, the spec's process-level actions, and the way back from a directory to its state and
+from two states to the move between them.  The conformance replay and the TLC trace mapping
+(``spec/tlc_traces.py``) use these; sending, receiving and acknowledging never do.
 
 The delivery count in the name: one family of correct behaviours
 ----------------------------------------------------------------
@@ -33,11 +32,10 @@ import enum
 from types import MappingProxyType
 from typing import Mapping
 
-from . import codec
 from .lifecycle import TRANSITIONS, IllegalMove, Move, State
 
 __all__ = [
-    "Actor", "ACTORS", "PROCESS_ACTIONS", "PURGEABLE", "CountRule", "COUNT_RULES", "count_ok", "name_delivery_count",
+    "Actor", "ACTORS", "PROCESS_ACTIONS", "PURGEABLE", "CountRule", "COUNT_RULES", "count_ok",
     "state_of_directory", "move_between",
 ]
 
@@ -112,12 +110,6 @@ def count_ok(move: Move, before: int, after: int, deliveries: int) -> bool:
     if rule is CountRule.KEEP_OR_STAMP:
         return after in (before, deliveries)
     return after == deliveries
-
-
-def name_delivery_count(name: str) -> int:
-    """The ``n`` of ``JMSXDeliveryCountI=<n>`` in a name (a ``<client>~`` prefix allowed); 0 for
-    none.  What it means depends on where the name is (N-7, :data:`COUNT_RULES`)."""
-    return codec.from_wire(codec.split_processing_name(name)[1], 0).delivery_count - 1
 
 
 def state_of_directory(directory: str) -> State:

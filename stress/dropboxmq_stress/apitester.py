@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
                                  precondition, rule)
 
-from dropboxmq import TextMessage, codec, ids, trace_rules
+from dropboxmq import TextMessage, codec, ids
 from dropboxmq.selector import selector_for
 
 __all__ = ["MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
@@ -511,7 +511,7 @@ class APIModel(RuleBasedStateMachine):
                 if state == "processing":
                     owner, _ = codec.split_processing_name(name)
                     label = f"processing:{owner}" if owner is not None else "processing:?"
-                found.setdefault((box, token), []).append((label, trace_rules.name_delivery_count(name), name))
+                found.setdefault((box, token), []).append((label, codec.name_delivery_count(name), name))
         if stray:
             self.fail(f"files no message of the model explains: {stray}")
         return found

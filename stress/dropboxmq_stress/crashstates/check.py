@@ -92,7 +92,7 @@ def census(tree: dict[str, bytes | None]) -> Census:
 
 
 def _count(name: str) -> int:
-    from dropboxmq.trace_rules import name_delivery_count
+    from dropboxmq.codec import name_delivery_count
 
     return name_delivery_count(name)
 
