@@ -1,17 +1,5 @@
-"""The four JMS acknowledgement modes as one table (``POLICY``, JMS semantics: PROTOCOL.md §4).
-Pure: ``session.Session`` executes the steps.  The columns:
-
-*take*, as a consumer claims a message: hold it until acknowledge(), or log it in the transaction
-log until commit/rollback.  *done*, as receive() returns it or its listener returns: ack now (a
-failed ACK puts it back) or batch (acked without fsync once ``dups_ok_batch`` are kept or the
-session idles).  *failure*, its listener raised: redeliver after the consumer's redelivery delay,
-or keep (the application recovers or rolls back).  *close*: what becomes of those still held.
-*transacted*: commit()/rollback() instead of acknowledge()/recover()/dead_letter().
-*durable_ack*: acknowledge() raises when the fsync of its acks fails (else the renames stand and a
-warning is logged: a crash that undoes them redelivers).  *taken_is_error*: an ack whose claim
-recovery took from this client (presumed dead: lease or lock lost) raises MessageTakenError;
-DUPS_OK promises no more than at-least-once, a transacted commit rolls back instead.
-"""
+"""The four JMS acknowledgement modes as one table (``POLICY``, JMS semantics: PROTOCOL.md §9).
+Pure: ``session.Session`` executes the steps; each column says what one step does."""
 
 from __future__ import annotations
 
@@ -38,12 +26,18 @@ SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
 
 
 class AckPolicy(NamedTuple):
-    take: Literal["-", "hold", "log"]
+    take: Literal["-", "hold", "log"]  # as it is claimed: hold until acknowledge(), or log until commit/rollback
+    # as receive() or its listener returns: ack (a failed ACK puts it back), or batch (acked without
+    # fsync once ``dups_ok_batch`` are kept or the session idles)
     done: Literal["-", "ack", "batch"]
-    failure: Literal["redeliver", "keep"]
-    close: Literal["redeliver", "ack", "rollback"]
-    transacted: bool
+    failure: Literal["redeliver", "keep"]  # its listener raised: redeliver after a delay, or keep (recover/rollback)
+    close: Literal["redeliver", "ack", "rollback"]  # what becomes of those still held
+    transacted: bool  # commit()/rollback() instead of acknowledge()/recover()/dead_letter()
+    # acknowledge() raises when the fsync of its acks fails (else the renames stand and a warning is
+    # logged: a crash that undoes them redelivers)
     durable_ack: bool
+    # an ack whose claim recovery took (this client presumed dead: lease or lock lost) raises
+    # MessageTakenError; DUPS_OK promises no more than at-least-once, a transacted commit rolls back
     taken_is_error: bool
 
 

@@ -1,17 +1,13 @@
 """The codec: DropboxMQ 1.2's file-name grammar (spec/PROTOCOL.md section 2, N-1..N-9), pure.
+A name is parsed in one place (:func:`split_name`); one producer's names differ in priority and id
+only, so a tail is read and stamped once (:func:`_read_tail`, :func:`_stamped_tail`).
 
-A name is parsed in one place, :func:`split_name` (priority, id, *tail*).  One producer's names
-differ in priority and id only, so a tail is read and stamped with a delivery count once
-(:func:`_read_tail`, :func:`_stamped_tail`), not once a message.
-
-[ours] A missing or unknown class letter reads as Bytes (1.2's documentation; its code reads Text):
-only Bytes carries a foreign file unchanged.  Reply-to is ``Q``/``T`` + name as 1.2's code reads it
-(the seed's ``TestQueue1`` is the topic ``estQueue1``), else a queue of the whole text, else none.
-A bad expiration reads as 0, a malformed property pair is skipped, an unknown type letter or a
-value that does not parse reads as a String.  Delivery count (N-7): read from target/, a stored
-``n`` is delivery ``n + 1``; read from a claim (``claimed``), delivery ``n``, as 1.2's consumer
-reported for the fixtures.  Our claim stamps the current count, 1.2's ack appends it (both
-correct: ``trace_rules.COUNT_RULES``).
+[ours] An unknown class letter reads as Bytes (N-8): only Bytes carries a foreign file unchanged.
+Reply-to is ``Q``/``T`` + name as 1.2's code reads it (the seed's ``TestQueue1`` is the topic
+``estQueue1``), else a queue of the whole text.  A bad expiration reads as 0, a malformed pair is
+skipped, an unknown type letter or a value that does not parse reads as a String.  A count read
+from a claim (``claimed``) is delivery ``n``, as 1.2's consumer reported for the fixtures (N-7,
+``trace_rules.COUNT_RULES``).
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
-def now_ms() -> int:
-    """The clock, ms since the epoch (the pure parts take the time as an argument)."""
+def now_ms() -> int:  # (the pure parts take the time as an argument)
     return time.time_ns() // 1_000_000
 
 
@@ -87,31 +82,23 @@ def decode_field(s: str) -> str:
 
 
 def _encode_pair(name: str, prop: Any) -> str:
-    if isinstance(prop, Property) and type(name) is str:
-        value = prop.value
-        try:  # the key tells apart values that compare equal: True == 1 == 1.0, and 0.0 == -0.0
-            return _encoded_pair(name, prop.letter, type(value).__qualname__,
-                                 repr(value) if type(value) is float else None, value)
-        except TypeError:  # an unhashable value: rejected below
-            pass
-    return _pair_text(name, prop)
+    if not isinstance(name, str) or not name:
+        raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
+    if not isinstance(prop, Property):
+        prop = Property.of(prop)
+    letter, value = prop.letter, prop.value
+    try:  # the key tells apart values that compare equal: True == 1 == 1.0, and 0.0 == -0.0
+        return _pair_text(name, letter, type(value).__qualname__, repr(value) if type(value) is float else None, value)
+    except TypeError:  # an unhashable value: checked (and rejected) uncached
+        return _pair_text.__wrapped__(name, letter, "", None, value)
 
 
 @functools.lru_cache(maxsize=4096)
-def _encoded_pair(name: str, letter: str, _value_type: str, _float_repr: str | None, value: Any) -> str:
-    """A producer's messages mostly carry the same pairs (its delivery mode): each is validated
-    and encoded once.  Exceptions are never cached."""
-    return _pair_text(name, Property(letter, value))
+def _pair_text(name: str, letter: str, _value_type: str, _float_repr: str | None, value: Any) -> str:
+    """A producer's messages mostly carry the same pairs (its delivery mode): each is checked once."""
+    from .properties import value_text  # (messages with properties)
 
-
-def _pair_text(name: str, prop: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise MessageFormatError(f"property name must be a non-empty string, got {name!r}")
-    from .properties import value_text  # (messages with properties; a pair once, cached)
-
-    if not isinstance(prop, Property):
-        prop = Property.of(prop)
-    return f"{encode_field(name)}{prop.letter}={encode_field(value_text(prop.letter, prop.value))}"
+    return f"{encode_field(name)}{letter}={encode_field(value_text(letter, value))}"
 
 
 def encode_properties(properties: dict[str, Any], delivery_count: int = 1) -> str:
@@ -193,10 +180,8 @@ def _reply_to(text: str) -> Queue | Topic | None:
 
 @functools.lru_cache(maxsize=1024)
 def _read_tail(tail: str, claimed: bool) -> tuple[type[Message], dict[str, Any], str]:
-    """(class, headers, tail stamped with the delivery count) of every name
-    ending in ``tail``: one producer's names differ in priority and id only, so a tail is read
-    once.  The headers hold every field but the id, timestamp and priority, the provider properties
-    read as the headers they carry.  Shared: callers copy them, never change them."""
+    """(class, headers but id, timestamp and priority, tail stamped with the delivery count) of
+    every name ending in ``tail``.  Shared: callers copy the headers, never change them."""
     letter, raw_exp, raw_corr, raw_reply, raw_type, raw_props = (tail.split(".") + [""] * 5)[:6]
     cls = _class_for(letter)
     props = decode_properties(raw_props)
@@ -227,10 +212,9 @@ def _unparseable(name: str, now: int | None) -> Message:
 
 
 def claim_reading(name: str, now: int | None = None, claimed: bool = False) -> tuple[Message, str]:
-    """The message ``name`` describes (headers and typed properties, empty body) and
-    ``with_delivery_count(name, its delivery count)``, from one parse; never raises for a ``str``
-    (N-8).  ``now``: the timestamp of a name whose id has none (default: the clock).  ``claimed``:
-    a name in processing/ or processed/ (owner prefix removed), whose count is the current one."""
+    """The message ``name`` describes (empty body) and ``with_delivery_count(name, its count)``;
+    never raises for a ``str`` (N-8).  ``now``: the timestamp of a name whose id has none (default:
+    the clock).  ``claimed``: a name in processing/ or processed/ without its owner prefix."""
     try:
         parsed = split_name(name)
         if parsed is None:
@@ -323,7 +307,7 @@ def _name_bytes(s: str) -> int:
 def _stamped_tail(tail: str, count: int | None) -> str:
     """``tail`` with its properties carrying ``JMSXDeliveryCountI=<count>`` (in place of the first
     count pair, others dropped, else appended; empty fields added); ``None``: without the pairs
-    (and the empty pairs and trailing fields left), a tail without properties unchanged."""
+    (and the empty pairs and trailing fields left: a first delivery's name)."""
     fields = tail.split(".")
     if count is None and len(fields) < 6:
         return tail
@@ -343,9 +327,8 @@ def _stamped_tail(tail: str, count: int | None) -> str:
 
 
 def with_delivery_count(name: str, count: int | None) -> str:
-    """``name`` with its properties carrying ``JMSXDeliveryCountI=<count>`` (in place of the pair,
-    else appended, adding empty fields), or for None without the pair (a first delivery's name);
-    an unparseable name, or a result over 255 bytes, unchanged."""
+    """``name`` with its tail stamped (:func:`_stamped_tail`); an unparseable name, or a result over
+    255 bytes, unchanged."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError(f"delivery count must be a non-negative int, got {count!r}")
     parsed = split_name(name)

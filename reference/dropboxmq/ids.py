@@ -33,10 +33,9 @@ _RANDOM_BITS, _RANDOM_LIMIT = 34, 10**10  # 2**34 > 10**10: draw bits, redraw pa
 
 
 def new_message_id_and_time() -> tuple[str, int]:
-    """A fresh JMSMessageID ``ID:<epochMillis><3-digit counter>-<10 random digits>`` and its
-    epochMillis (the send's JMSTimestamp).  Thread-safe; within a process the numeric prefix strictly
-    increases, so equal-priority messages keep send order (over 1000 ids in a millisecond borrow
-    the next one; a clock that steps back is ignored until it catches up)."""
+    """A fresh JMSMessageID (N-5, 1.2's ten random digits) and its epochMillis (the JMSTimestamp).
+    The numeric prefix strictly increases within a process, so equal-priority messages keep send
+    order (N-6): over 1000 ids in a millisecond borrow the next one, a clock stepping back waits."""
     global _id_ms, _id_seq
     with _id_lock:
         now = time.time_ns() // 1_000_000

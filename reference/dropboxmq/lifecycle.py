@@ -1,10 +1,8 @@
 """The life of a message (spec/PROTOCOL.md section 3): states and moves, pure (``store.py`` executes
-them).  A state is the directory holding the file, a move between two is one ``rename(2)``: a message
-is in one state at every instant, and of two racing consumers exactly one wins.  ``spec/Dropbox.tla``
-uses these names (a move's value is its action); the conformance suite replays traces against
-:data:`TRANSITIONS` (with ``trace_rules.py``).  Transactions add no state: a transacted send stays
-NOT_COMMITTED until commit, a transacted receive DELIVERED (the log's table: ``log_lifecycle.py``).
-"""
+them).  A move is one ``rename(2)``: a message is in one state at every instant, and of two racing
+consumers exactly one wins.  ``spec/Dropbox.tla`` uses these names (a move's value is its action);
+the conformance suite replays traces against :data:`TRANSITIONS` (with ``trace_rules.py``).
+Transactions add no state (the transaction log's table: ``log_lifecycle.py``)."""
 
 from __future__ import annotations
 

@@ -139,8 +139,7 @@ class Message:
         return self.expiration != 0 and self.expiration <= now_ms
 
     def acknowledge(self) -> None:
-        """CLIENT_ACKNOWLEDGE: ack every message consumed by this message's session
-        (JMS; 1.2 acked only up to this one).  A no-op in the other ack modes."""
+        """CLIENT_ACKNOWLEDGE: ack every message its session consumed (PROTOCOL.md J-2); else a no-op."""
         session = getattr(self, "_session", None)
         if session is None:
             raise IllegalStateError("this message was not received from a session")
