@@ -4,6 +4,8 @@ lifecycle table: the model knows nothing but ``lifecycle.TRANSITIONS`` / ``next_
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -238,3 +240,33 @@ def test_model_covers_the_whole_table():
     for state in lifecycle.TERMINAL:
         assert set(TRANSITIONS[state]) == {Move.PURGE}
 
+
+LEAK = '''
+import ctypes, errno
+from dropboxmq import store
+
+def test_a_first_rename_on_a_network_file_system(tmp_path, monkeypatch):
+    def einval(*args):
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(store, "renameat2", einval)  # sshfs, MooseFS: undone after the test
+    (tmp_path / "a").write_bytes(b"x")
+    store.rename_noreplace(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert store.noreplace_supported is False  # the process's path from now on
+
+def test_the_next_test_in_the_worker():
+    assert store.noreplace_supported is (store.renameat2 is not None)
+'''
+
+
+def test_a_test_on_a_network_file_system_leaves_the_next_one_its_renameat2(tmp_path):
+    """tests/conftest.py puts the process-wide path back after each test: test_multihost's
+    sshfs test left it off, and TestStoreModel, next in its worker, ran without renameat2."""
+    (tmp_path / "test_leak.py").write_text(LEAK)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        "-p", "no:randomly", "-p", "conftest", "--rootdir", str(tmp_path), str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr
