@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dropboxmq import store
 from dropboxmq.connection import Settings
 
 # the session-wide SparkSession fixture (``spark``); pyspark is imported only when a test asks for it
@@ -15,6 +16,16 @@ pytest_plugins = ["spark_fixtures"]
 #: Fast polling for tests: nothing here waits on a fixed sleep, but receive(timeout)
 #: and listeners poll, so short intervals keep the suite quick.
 FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
+
+
+@pytest.fixture(autouse=True)
+def renameat2_as_found():
+    """Each test starts on the store's path this process started with: the first rename on a
+    file system without renameat2 (an in-process run on sshfs or MooseFS) turns it off for the
+    whole process, and the next test in that worker ran on netfs.py unknowingly."""
+    found = store.noreplace_supported
+    yield
+    store.noreplace_supported = found
 
 
 @pytest.fixture

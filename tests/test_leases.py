@@ -503,14 +503,13 @@ def test_on_real_mounts_no_acknowledged_message_comes_back_after_a_kill(kind):
 
 
 @pytest.mark.multihost
-def test_on_sshfs_a_late_acknowledge_of_a_taken_message_fails(monkeypatch):
+def test_on_sshfs_a_late_acknowledge_of_a_taken_message_fails():
     from dropboxmq_stress import late_ack, netfs
 
     if netfs.unavailable("sshfs"):
         pytest.skip(f"sshfs: {netfs.unavailable('sshfs')}")
-    # the run is in this process: its first rename on sshfs turns renameat2 off for the process,
-    # which must not outlive the test (test_crashstates, run after it in one worker, saw link())
-    monkeypatch.setattr(store, "noreplace_supported", store.noreplace_supported)
+    # the run is in this process: its first rename on sshfs turns renameat2 off for the process
+    # (conftest.renameat2_as_found turns it back on after the test)
     r = late_ack.run("sshfs", lease=2.0)
     assert r["recover_redelivered"] == 1 and r["b_received"] == {"redelivered": True, "count": 2}, r
     assert r["a_acknowledge"].startswith("LeaseExpiredError"), r

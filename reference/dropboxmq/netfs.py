@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import NoReturn
 
 __all__ = ["exists", "link_rename", "checked_rename", "open_refused"]
 
@@ -47,7 +48,7 @@ def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | No
             break
         except (FileExistsError, PermissionError, FileNotFoundError) as exc:
             if exists(dst, dst_dir_fd):
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
+                _taken(src, dst, src_dir_fd)
             if not exists(src, src_dir_fd):
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
             if exc.errno == errno.ENOENT:
@@ -93,8 +94,18 @@ def checked_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int |
     in that instant.
     """
     if exists(dst, dst_dir_fd):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst)
+        _taken(src, dst, src_dir_fd)
     os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+def _taken(src: str, dst: str, src_dir_fd: int | None) -> NoReturn:
+    """``dst`` was seen to exist: FileExistsError, or FileNotFoundError if ``src`` is gone too, as
+    renameat2 answers (ENOENT before EEXIST): a lost race, not a name taken.  A consumer whose
+    claim lost to another of its connection's sessions finds its own processing/ name made by
+    the winner.  ``src`` is looked at after ``dst``: a mover that took it made ``dst`` first."""
+    if not exists(src, src_dir_fd):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src) from None
+    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
 
 
 def open_refused(path: str, dir_fd: int | None, flags: int, exc: OSError) -> int:
