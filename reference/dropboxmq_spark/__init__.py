@@ -1296,7 +1296,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             claimer.invalidate()
         names: list[str] = []
         claimed: list[str] = []
-        ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
+        planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
         while len(names) < cap and (name := claimer.next()) is not None:
             verdict, header, _, stamped, until, _ = decide(name, now, claimer.policy)
             if verdict is not Verdict.CLAIM:  # as the claim step: the move, or the name set aside
@@ -1309,9 +1309,9 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue
             mid = header.message_id if header is not None else None
             if mid is not None:
-                if mid in ids:
+                if mid in planned_ids:
                     continue  # (offered again at the next listing)
-                ids.add(mid)
+                planned_ids.add(mid)
             # planned: not offered again while it stays in target/ (a name a task leaves there is
             # mostly one the claim step set aside; a rival's claim renames it)
             claimer.skip.add(name)
