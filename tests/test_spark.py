@@ -399,7 +399,10 @@ def test_claims_belong_to_the_checkpoint_until_it_is_deleted_or_released(tmp_pat
         ck.mkdir()
         reader = DropboxMQStreamReader({"root": str(root), "path": "in", "checkpointLocation": str(ck),
                                         "maxMessagesPerTrigger": "4"})
-        reader.latestOffset(reader.initialOffset(), None)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        for part in reader.partitions(start, end):  # the batch's read tasks claim
+            list(reader.read(part))
         reader.stop()  # the process is gone (its registration released): only the hold remains
         claimed = ls(root, "in", "processing")
         assert len(claimed) == 4
@@ -485,6 +488,8 @@ def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     offsets = [first.initialOffset()]
     for _ in range(3):
         offsets.append(first.latestOffset(offsets[-1], None))
+        for part in first.partitions(offsets[-2], offsets[-1]):  # the read tasks claim
+            list(first.read(part))
     first.stop()
     assert len(ls(root, "in", "processing")) == 9
     # what Spark wrote before the stop: batches 0 and 1 planned, batch 0 committed by the sink
@@ -505,3 +510,91 @@ def test_a_restart_settles_every_claim_from_the_checkpoint(tmp_path):
     again.commit(offsets[2])
     again.stop()
     assert len(ls(root, "in", "processed")) == 6 and ls(root, "in", "processing") == []
+
+
+def _drive(reader, start: dict, limit_batches: int = 10) -> list[tuple]:
+    """Spark's calls, batch after batch until no new data: plan, the read tasks, commit."""
+    rows: list[tuple] = []
+    for _ in range(limit_batches):
+        end = reader.latestOffset(start, None)
+        if end == start:
+            return rows
+        rows += [r for part in reader.partitions(start, end) for r in reader.read(part)]
+        reader.commit(end)
+        start = end
+    raise AssertionError("no end of data")
+
+
+def test_a_retried_read_task_reads_what_its_dead_attempt_claimed_and_claims_the_rest(tmp_path):
+    """latestOffset plans a batch and claims nothing; its read task claims.  A task attempt
+    that dies after claiming part of its names leaves those claimed by the query; the retry
+    reads them (an alias claim too) and claims the rest: each message once, none lost."""
+    from dropboxmq_spark import DropboxMQStreamReader
+
+    root, ck = tmp_path / "root", tmp_path / "ck"
+    expected = send(root, "in", 6)
+    long_name = "9." + "x" * 240 + ".B"  # no room for the count: claimed under an alias (claims.py)
+    (root / "in" / "incoming" / "target" / long_name).write_bytes(b"aliased")
+    expected.append(b"aliased")
+    reader = DropboxMQStreamReader({"root": str(root), "path": "in", "checkpointLocation": str(ck),
+                                    "numPartitions": "1"})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert ls(root, "in", "processing") == [] and len(ls(root, "in", "target")) == 7  # planned only
+    (part,) = reader.partitions(start, end)
+    attempt = reader.read(part)
+    died = [next(attempt) for _ in range(3)]  # the aliased message first (priority 9), then two
+    attempt.close()
+    assert died[0][15] == b"aliased" and len(ls(root, "in", "processing")) == 3
+    assert any("~#" in n for n in ls(root, "in", "processing"))
+    rows = list(reader.read(part))  # the retry
+    assert sorted(r[15] for r in rows) == sorted(expected)
+    assert not any(r[13] for r in rows) and {r[12] for r in rows} == {1}  # first deliveries
+    assert ls(root, "in", "target") == [] and len(ls(root, "in", "processing")) == 7
+    reader.commit(end)
+    reader.stop()
+    assert len(ls(root, "in", "processed")) == 7 and ls(root, "in", "processing") == []
+
+
+def test_a_replayed_batch_claims_nothing_and_its_unclaimed_names_are_delivered_later_once(tmp_path):
+    """A run's read task claims two names of its batch of five (a plain consumer holds one) and
+    the process dies before the sink commits; the consumer then gives its message back.  The
+    restart replays the batch read-only -- the two it holds, marked redelivered -- and claims
+    nothing (spec/CheckpointOwner.tla, mutant replay_claims: a replay that claims may ack a
+    message the sink never wrote); the names never claimed stay in target/ and later batches
+    deliver them: every message exactly once."""
+    from dropboxmq_spark import DropboxMQStreamReader
+
+    root, ck = tmp_path / "root", tmp_path / "ck"
+    expected = send(root, "in", 6)
+    opts = {"root": str(root), "path": "in", "checkpointLocation": str(ck), "maxMessagesPerTrigger": "5"}
+    first = DropboxMQStreamReader(opts)
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)  # plans m0..m4
+    with Connection(root, client_id="rival") as conn:
+        session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
+        held = session.create_consumer(Queue("in")).receive(timeout=10)
+        assert held is not None and held.body == b"m0"  # planned, but not claimed yet
+        (part,) = first.partitions(start, end)
+        attempt = first.read(part)
+        claimed = [next(attempt)[15] for _ in range(2)]
+        attempt.close()  # the process dies in the task, before the sink commits
+        first.stop()
+        assert claimed == [b"m1", b"m2"]
+        session.recover()  # the rival gives m0 back, redelivered
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps(end)}")  # Spark logged the batch
+
+    again = DropboxMQStreamReader(opts)
+    assert again.initialOffset()["seq"] == 0
+    replay = [r for p in again.partitions(start, end) for r in again.read(p)]
+    assert sorted(r[15] for r in replay) == [b"m1", b"m2"] and all(r[13] for r in replay)
+    assert len(ls(root, "in", "processing")) == 2 and len(ls(root, "in", "target")) == 4  # m0, m3, m4, m5
+    (ck / "commits").mkdir()
+    (ck / "commits" / "0").write_text("v1\n{}")  # the sink has the replayed batch
+    later = _drive(again, end)
+    again.stop()
+    sink = [r[15] for r in replay + later]
+    assert sorted(sink) == sorted(expected)  # exactly once
+    assert {r[15]: r[13] for r in later}[b"m0"] is True  # the rival's delivery counted
+    assert len(ls(root, "in", "processed")) == 6 and ls(root, "in", "processing") == ls(root, "in", "target") == []

@@ -7,7 +7,7 @@ module ``pyspark_dropboxmq``; from an editable install call ``register(spark)`` 
     df = spark.read.format("dropboxmq").option("root", root).load("invoices")
     # batch write: the whole job is one transaction
     df.write.format("dropboxmq").option("root", root).mode("append").save("invoices")
-    # streaming read: claims in latestOffset, acks once the query's checkpoint commits the batch
+    # streaming read: claims in the read tasks, acks once the query's checkpoint commits the batch
     s = (spark.readStream.format("dropboxmq").option("root", root)
          .option("checkpointLocation", ckpt).option("maxMessagesPerTrigger", 1000).load("invoices"))
     # streaming write: each micro-batch committed atomically, once per batch id
@@ -50,25 +50,32 @@ job's client registration during the commit, so a driver killed inside it is a d
 ``committing/`` log any recoverer rolls forward.
 
 *Streaming read*: the query is a client whose id is derived from its checkpoint location
-(``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` claims up to
-the read limit (``maxMessagesPerTrigger``) with the consumer's own claim step, ``claim.Claimer``
-(delivery order, selector, delivery time, expiry, delivery count, rename into
-``processing/<enc(client)>~<name>``) and records
-the processing names in a manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written
-atomically; the offset is ``{"seq": n}``.  ``partitions(start, end)`` reads the manifests, so a
-batch that Spark re-runs after a restart gets exactly the same messages (marked redelivered).
-``commit(end)`` ACKs every manifest up to ``end`` and only then deletes it; because Spark commits a
+(``spark-<hash>``), so a restarted query recognises its own claims.  ``latestOffset`` *plans* a
+batch: up to the read limit (``maxMessagesPerTrigger``) names of target/ in the consumer's delivery
+order with its verdicts (``claim.Claimer``'s walk and ``decision.decide``: selector, delivery time,
+expiry), nothing claimed, and records them with the processing names their claims will get in a
+manifest ``<root>/dropboxmq/spark/streams/<client>/<seq>.json`` written atomically; the offset is
+``{"seq": n}``.  ``partitions(start, end)`` splits the manifests, and each read task claims its
+names with the consumer's own claim step (``Claimer.try_claim``: verdict, delivery count,
+dead-lettering, rename into ``processing/<enc(client)>~<name>``) and reads what it claimed, so two
+tasks claim and read in parallel; a name gone (a rival's, expired) is skipped, as the consumer
+skips it, and a retried task also reads what its dead attempt claimed.  A batch that Spark re-runs
+after a restart (planned by another run) is read-only: it reads what the query holds for it
+(marked redelivered) and claims nothing -- the sink may already have that batch, and a claim
+now would be acknowledged without reaching it (spec/CheckpointOwner.tla); its names never claimed
+stay in target/ for a later batch.
+``commit(end)`` ACKs the claims of every manifest up to ``end`` and only then deletes it; because Spark commits a
 source only when it plans the next batch, every trigger (and the start) also commits what the
 checkpoint's ``commits/`` records, so the last batch of a run is acknowledged before the run ends.
 ``trigger(availableNow=True)``: ``prepareForTriggerAvailableNow`` snapshots the names in target/,
-and later claims take only those, so the run drains that backlog and ends.
+and later plans take only those, so the run drains that backlog and ends.
 
 Ownership: the claims belong to the checkpoint (``liveness.hold_for_checkpoint``), not to the
 process: while the checkpoint exists, recoverers treat the query as alive, because a restarted
 query may still commit a logged batch.  At start, the query (holding its registration, so no other
-run of it is alive) acknowledges what ``commits/`` records and returns, redelivered, its claims that
-no batch of ``offsets/`` names (claimed by a latestOffset whose batch Spark never logged, or by a
-process killed before writing the manifest); a logged batch stays claimed for Spark to replay.
+run of it is alive) acknowledges what ``commits/`` records, forgets the plans Spark never logged
+(no task ran for them) and returns, redelivered, its claims that no remaining manifest names; a
+logged batch stays claimed for Spark to replay.
 Deleting the checkpoint, or ``dropboxmq recover --release <client>``, makes the query an ordinary
 dead owner (spec/CheckpointOwner.tla).
 
@@ -125,7 +132,7 @@ from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
-from dropboxmq.decision import ClaimSettings
+from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
@@ -352,10 +359,22 @@ def _typed(values: dict[str, Any]) -> Any:
 class _Names(InputPartition):
     """A slice of a driver-side listing: (state directory, file name) pairs of one dropbox."""
 
-    def __init__(self, box: str, items: list[tuple[str, str]], redelivered: bool = False):
+    def __init__(self, box: str, items: list[tuple[str, str]]):
         self.box = box
         self.items = items
-        self.redelivered = redelivered  # a streaming batch replayed by a later run of its query
+
+
+class _Planned(InputPartition):
+    """A slice of a micro-batch's manifest: the target/ names a stream read task claims, each with
+    the processing/ name the plan expects its claim to get ("": an alias, found in the register),
+    and the query's claim settings.  ``replay``: the batch was planned by an earlier run of the
+    query (a restart): the task reads what the query holds for it and claims nothing."""
+
+    def __init__(self, box: str, client_id: str, selector: str | None, max_attempts: int,
+                 items: list[tuple[str, str]], replay: bool):
+        self.box, self.client_id, self.selector, self.max_attempts = box, client_id, selector, max_attempts
+        self.items = items
+        self.replay = replay
 
 
 def _chunks(items: list, n: int) -> list[list]:
@@ -390,8 +409,8 @@ def _default_partitions(options: Any, count: int) -> int:
     return max(1, min(16, tasks))
 
 
-def _read_messages(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple[State, str, Message, bytes]]:
-    """(state, name, headers, body) of each message of ``part`` still there to read."""
+def _read_messages(part: _Names) -> Iterator[tuple[State, str, Message, bytes]]:
+    """(state, name, headers, body) of each message of ``part`` still there to read (a browse)."""
     box = Dropbox(part.box).hold_dirs()  # each body read by name in its held state directory
     now = now_ms()
     try:
@@ -399,22 +418,91 @@ def _read_messages(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple
             state = _STATES_BY_WORD[word]
             try:
                 body = box.read(state, name)
-            except FileNotFoundError:
-                continue  # moved since the listing (browse) -- never ours while claimed
             except (NotARegularFile, OSError):
-                if dead_letter_unreadable and state is State.DELIVERED:
-                    claims.finish(box, Move.DEAD_LETTER, name)
-                continue
-            msg = _header(state, name, now, box)
-            if part.redelivered:  # delivered before, by the run that planned this batch
-                msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
-            yield state, name, msg, body
+                continue  # moved since the listing, or no file to read
+            yield state, name, _header(state, name, now, box), body
     finally:
         box.close()
 
 
-def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
-    for state, name, msg, body in _read_messages(part, dead_letter_unreadable):
+def _base_name(name: str) -> str:
+    """A message's name without its delivery count: the same for each of its deliveries."""
+    return codec.with_delivery_count(name, None)
+
+
+def _held_claims(box: Dropbox, client_id: str) -> dict[str, str]:
+    """The query's claims in processing/ (one listing), by the name each stands for: an alias
+    by its message's name (the claim register), any other by its name without the count."""
+    prefix = codec.encode_field(client_id) + "~"
+    held: dict[str, str] = {}
+    for pname in box.list(State.DELIVERED):
+        if pname.startswith(prefix) and codec.split_processing_name(pname)[0] == client_id:
+            original = claims.original_name(box, pname)
+            held[original if original is not None else _base_name(pname[len(prefix):])] = pname
+    return held
+
+
+def _held_for(held: dict[str, str], name: str) -> str | None:
+    """The claim of ``held`` (_held_claims) of the message planned as target/``name``."""
+    return held.get(name) or held.get(_base_name(name))
+
+
+def _claim_messages(part: _Planned) -> Iterator[tuple[State, str, Message, bytes]]:
+    """A stream read task: claim each planned name with the consumer's claim step
+    (``Claimer.try_claim``: its verdict, delivery count, dead-lettering) and read what it
+    claimed; a name gone (a rival holds it, expired, dead-lettered, selector false) is skipped as
+    the consumer skips it.  What the query already holds for a name -- an earlier attempt of this
+    task, or the crashed run a replay re-reads (which claims nothing) -- is read too."""
+    box = Dropbox(part.box).hold_dirs()  # claims and reads by name in the held state directories
+    now = now_ms()
+    claimer = None
+    if not part.replay:
+        selector = None
+        if part.selector is not None:  # the parser is imported only for a selector
+            from dropboxmq.selector import selector_for
+
+            selector = selector_for(part.selector)
+        claimer = Claimer(box, part.client_id, ClaimSettings(selector, part.max_attempts), 0.0)
+        claimer.registered = box.register_inodes()  # as its listing would: counts kept in the register
+    # a claim under another name than the plan's (an alias, a count from the register) is found by
+    # one listing, taken at the first name not found where the plan expects it; a batch names each
+    # message once (the plan sees to it), so what is found is this name's claim
+    held: dict[str, str] | None = None
+    try:
+        for name, expected in part.items:
+            claim = claimer.try_claim(name) if claimer is not None else None
+            pname = claim.processing_name if claim is not None else expected
+            body = _claimed_body(box, pname) if pname else None
+            if body is None and claim is None:  # ours already, under another name?
+                if held is None:
+                    held = _held_claims(box, part.client_id)
+                pname = _held_for(held, name) or ""
+                body = _claimed_body(box, pname) if pname else None
+            if body is None:
+                continue  # not ours: gone, as for the consumer
+            # the claim's headers are those its processing/ name carries (_header would parse it again)
+            msg = claim.header if claim is not None else _header(State.DELIVERED, pname, now, box)
+            if part.replay:  # delivered before, by the run that planned this batch
+                msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
+            yield State.DELIVERED, pname, msg, body
+    finally:
+        box.close()
+
+
+def _claimed_body(box: Dropbox, pname: str) -> bytes | None:
+    """The body of processing/``pname``; None when there is no such claim, or it cannot be read
+    (then it is dead-lettered: no later delivery could read it either)."""
+    try:
+        return box.read(State.DELIVERED, pname)
+    except FileNotFoundError:
+        return None
+    except (NotARegularFile, OSError):
+        claims.finish(box, Move.DEAD_LETTER, pname)
+        return None
+
+
+def _rows(messages: Iterator[tuple[State, str, Message, bytes]]) -> Iterator[tuple]:
+    for state, name, msg, body in messages:
         yield _row(state, name, msg, body)
 
 
@@ -422,12 +510,11 @@ def _read_rows(part: _Names, dead_letter_unreadable: bool) -> Iterator[tuple]:
 _BATCH_ROWS = 10000
 
 
-def _read_batches(part: _Names, arrow_schema: Any, dead_letter_unreadable: bool) -> Iterator[Any]:
-    """_read_rows as Arrow record batches of ``arrow_schema`` (SCHEMA's): each column built as
+def _batches(messages: Iterator[tuple[State, str, Message, bytes]], arrow_schema: Any) -> Iterator[Any]:
+    """_rows as Arrow record batches of ``arrow_schema`` (SCHEMA's): each column built as
     one list and converted at once, instead of Spark converting every value of every row."""
     import pyarrow as pa
 
-    messages = _read_messages(part, dead_letter_unreadable)
     while chunk := list(itertools.islice(messages, _BATCH_ROWS)):
         columns: list[list] = [list(c) for c in zip(*(_values(*m) for m in chunk), strict=True)]
         for i in _TIME_COLUMNS:
@@ -496,8 +583,8 @@ class DropboxMQBatchReader(DataSourceReader):
     # Spark hands read() back the partitions partitions() made: narrower than the base class can say
     def read(self, partition: _Names) -> Iterator[Any]:  # type: ignore[override]
         if self.schema is None:
-            return _read_rows(partition, dead_letter_unreadable=False)
-        return _read_batches(partition, _arrow_schema(self.schema), dead_letter_unreadable=False)
+            return _rows(_read_messages(partition))
+        return _batches(_read_messages(partition), _arrow_schema(self.schema))
 
 
 # ---------------------------------------------------------------- writing (shared by batch and stream)
@@ -1039,8 +1126,8 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
 
 
 #: The read limit of a micro-batch when ``maxMessagesPerTrigger`` is not given ("0": no limit).
-#: A batch's messages are claimed before its tasks start and stay claimed until the sink commits
-#: it, and its manifest names each of them (~100 bytes a name): the limit bounds both.  Each
+#: A batch's messages are claimed by its tasks and stay claimed until the sink commits it, and
+#: its manifest names each of them (~200 bytes a name): the limit bounds both.  Each
 #: micro-batch costs Spark a fixed 1.5-3 s (planning, task launch, the sink's and the checkpoint's
 #: logs, one more source round trip; measured at load 5-10 on 2 cores), so batches of 10,000
 #: spent more in that than in the data source's claims, reads and ACKs (about 1.5 s of CPU per
@@ -1066,8 +1153,8 @@ def _streams_dir(root: Path, client_id: str) -> Path:
 
 
 class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A competing consumer that claims in latestOffset and acknowledges once the query's
-    checkpoint records the batch committed.  Its claims belong to the checkpoint (a hold, see
+    """A competing consumer that plans a batch in latestOffset, claims in its read tasks and
+    acknowledges once the query's checkpoint records the batch committed.  Its claims belong to the checkpoint (a hold, see
     ``liveness.hold_for_checkpoint``), not to the process that made them."""
 
     def __init__(self, options: Any, schema: StructType | None = None):
@@ -1135,15 +1222,19 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _manifest_path(self, seq: int) -> Path:
         return self.dir / f"{seq}.json"
 
-    def _manifest(self, seq: int) -> list[str]:
+    def _manifest(self, seq: int) -> list[tuple[str, str]]:
+        """The planned (target/ name, expected processing/ name) pairs of batch ``seq``."""
         try:
             with open(self._manifest_path(seq), encoding="utf-8") as f:
-                return json.load(f)["names"]
+                manifest = json.load(f)
         except FileNotFoundError:
             return []
+        names = manifest["names"]
+        # (a manifest of an earlier version names the claims its latestOffset made)
+        return list(zip(names, manifest.get("claims", names), strict=True))
 
-    def _write_manifest(self, seq: int, names: list[str]) -> None:
-        manifest = {"box": os.path.relpath(self.box.path, self.root), "names": names}
+    def _write_manifest(self, seq: int, names: list[str], claimed: list[str]) -> None:
+        manifest = {"box": os.path.relpath(self.box.path, self.root), "names": names, "claims": claimed}
         replace_durably(self._manifest_path(seq), json.dumps(manifest).encode("utf-8"),
                         self.dir / f".{seq}.{uuid.uuid4().hex[:8]}.tmp")
         fsync_dir(str(self.dir))
@@ -1179,50 +1270,92 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._manifest_path(seq + 1).exists():  # planned earlier in this run, not yet logged
             return self._offset(seq + 1)
         cap = getattr(limit, "max_rows", None) or self.max_per_trigger or 0
-        claimed = self._claim(cap if cap > 0 else 1 << 62)
-        if not claimed:
+        names, claimed = self._plan(cap if cap > 0 else 1 << 62)
+        if not names:
             return self._offset(seq)
-        self._write_manifest(seq + 1, claimed)
+        self._write_manifest(seq + 1, names, claimed)
         return self._offset(seq + 1)
 
-    def _claim(self, cap: int) -> list[str]:
-        """Claim up to ``cap`` messages with the consumer's claim step (``claim.Claimer``):
-        the same delivery order, verdicts and moves as ``MessageConsumer.receive``."""
+    def _plan(self, cap: int) -> tuple[list[str], list[str]]:
+        """Up to ``cap`` names of target/ to claim, in the consumer's delivery order with its
+        verdicts (``claim.Claimer``'s walk, ``decision.decide``), and the processing/ name each
+        claim will get ("": an alias).  Nothing is claimed: the read tasks claim."""
         assert self._claimer is not None  # made by _ensure_registered
         mono = time.monotonic()
         if mono - self._last_recovery > self.recovery_interval:
             self._last_recovery = mono
             reclaim_dead_owners(self.root, self.box)
-        claimer = self._claimer
-        out: list[str] = []
-        while len(out) < cap and (claim := claimer.claim_next()) is not None:
-            out.append(claim.processing_name)
-        return out
+        claimer, client = self._claimer, self.client_id
+        now = claimer.clock()
+        due = [n for n, t in claimer.deferred.items() if t <= now]  # held back until now: eligible again
+        for n in due:
+            del claimer.deferred[n]
+            claimer.skip.discard(n)
+        if due:
+            claimer.invalidate()
+        names: list[str] = []
+        claimed: list[str] = []
+        planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
+        while len(names) < cap and (name := claimer.next()) is not None:
+            verdict, header, _, stamped, until, _ = decide(name, now, claimer.policy)
+            if verdict is not Verdict.CLAIM:  # as the claim step: the move, or the name set aside
+                if verdict is Verdict.EXPIRE:
+                    claimer.box.move(Move.EXPIRE, State.NEW, name)
+                elif verdict is Verdict.DEFER:
+                    claimer.hold_back(name, until)
+                else:
+                    claimer.skip.add(name)
+                continue
+            mid = header.message_id if header is not None else None
+            if mid is not None:
+                if mid in planned_ids:
+                    continue  # (offered again at the next listing)
+                planned_ids.add(mid)
+            # planned: not offered again while it stays in target/ (a name a task leaves there is
+            # mostly one the claim step set aside; a rival's claim renames it)
+            claimer.skip.add(name)
+            names.append(name)
+            claimed.append("" if codec.needs_alias(client, name, stamped) else codec.processing_name(client, stamped))
+        return names, claimed
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         items: list[tuple[str, str]] = []
         replay = False
         for seq in range(int(start["seq"]) + 1, int(end["seq"]) + 1):
-            items.extend((State.DELIVERED.value, n) for n in self._manifest(seq))
-            replay |= seq not in self._planned
+            items.extend(self._manifest(seq))
+            replay |= seq not in self._planned  # planned by an earlier run: claim nothing
         parts = _chunks(items, _default_partitions(self.options, len(items)))
-        return [_Names(str(self.box.path), c, redelivered=replay) for c in parts]
+        return [_Planned(str(self.box.path), self.client_id, self.selector_text, self.max_attempts, c, replay)
+                for c in parts]
 
     # Spark hands read() back the partitions partitions() made: narrower than the base class can say
-    def read(self, partition: _Names) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: _Planned) -> Iterator[Any]:  # type: ignore[override]
         if self.schema is None:
-            return _read_rows(partition, dead_letter_unreadable=True)
-        return _read_batches(partition, _arrow_schema(self.schema), dead_letter_unreadable=True)
+            return _rows(_claim_messages(partition))
+        return _batches(_claim_messages(partition), _arrow_schema(self.schema))
 
     def commit(self, end: dict) -> None:
-        """ACK every message of every batch up to ``end``, then forget those manifests."""
+        """ACK the claims of every batch up to ``end``, then forget those manifests.  Each is
+        where the plan expects it; one listing finds those claimed under another name (an
+        alias, a count from the register).  (While a manifest up to ``end`` exists no task of a
+        later batch has run -- latestOffset commits a batch before planning the next, and a replay
+        claims nothing -- so every claim of ours there is of a batch up to ``end``.)"""
         self._ensure_registered()
         upto = int(end["seq"])
         done = [s for s in self._seqs() if s <= upto]
         touched = False
+        elsewhere: list[str] = []
         for seq in done:
-            for pname in self._manifest(seq):
-                touched |= claims.finish(self.box, Move.ACK, pname)
+            for name, pname in self._manifest(seq):
+                if pname and claims.finish(self.box, Move.ACK, pname):
+                    touched = True
+                else:
+                    elsewhere.append(name)  # never claimed (a rival's, ...), or under another name
+        if elsewhere:
+            held = _held_claims(self.box, self.client_id)
+            for name in elsewhere:
+                if (found := _held_for(held, name)) is not None:
+                    touched |= claims.finish(self.box, Move.ACK, found)
         if touched:
             sync_many([(self.box, State.ACKNOWLEDGED)])
         for seq in done:
@@ -1266,24 +1399,25 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.commit(self._offset(done[1]))
 
     def _return_unplanned(self) -> None:
-        """At start (no run of this query is alive: we hold its registration): claims that no
-        batch in ``offsets/`` names -- made by a latestOffset whose batch Spark never logged --
-        and claims of ours that no manifest names (killed between claim and manifest) go back
-        to the dropbox, redelivered.  A batch in ``offsets/`` stays claimed: Spark replays it."""
+        """At start (no run of this query is alive: we hold its registration): a plan that Spark
+        never logged in ``offsets/`` is forgotten (no task ran for it: nothing claimed), and our
+        claims that no remaining manifest names (a stale one, or an earlier version's) go back to
+        the dropbox, redelivered.  A batch in ``offsets/`` keeps its claims: Spark replays it."""
         logged = self._logged_offsets("offsets")
         last = logged[1] if logged else 0
         for seq in self._seqs():
             if seq > last:
-                for pname in self._manifest(seq):
-                    self._redeliver(pname)
                 os.unlink(self._manifest_path(seq))
+        held = _held_claims(self.box, self.client_id)
+        mine = set(held.values())
         named: set[str] = set()
         for seq in self._seqs():
-            named.update(self._manifest(seq))
-        for pname in self.box.list(State.DELIVERED):
-            client, _ = codec.split_processing_name(pname)
-            if client == self.client_id and pname not in named:
-                self._redeliver(pname)
+            for name, expected in self._manifest(seq):
+                found = expected if expected in mine else _held_for(held, name)
+                if found is not None:
+                    named.add(found)
+        for pname in mine - named:
+            self._redeliver(pname)
 
     def _redeliver(self, pname: str) -> None:
         _, original = codec.split_processing_name(pname)
