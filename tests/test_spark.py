@@ -598,3 +598,16 @@ def test_a_replayed_batch_claims_nothing_and_its_unclaimed_names_are_delivered_l
     assert sorted(sink) == sorted(expected)  # exactly once
     assert {r[15]: r[13] for r in later}[b"m0"] is True  # the rival's delivery counted
     assert len(ls(root, "in", "processed")) == 6 and ls(root, "in", "processing") == ls(root, "in", "target") == []
+
+
+def test_the_bench_floor_query_is_a_real_drain_of_its_rows(spark, tmp_path):
+    """spark_bench reports PySpark's floor under any streaming drain (spark_floor: an availableNow
+    query over a Python source that reads no file, into Parquet); it is only a floor if the
+    query really runs its micro-batch and writes every row."""
+    from dropboxmq_stress.spark_floor import floor_seconds
+
+    seconds = floor_seconds(spark, str(tmp_path), rows=250, repeat=2)
+    assert len(seconds) == 2 and all(s > 0 for s in seconds)
+    for k in range(2):
+        rows = spark.read.parquet(str(tmp_path / f"floor-{k}-sink")).collect()
+        assert sorted(r.id for r in rows) == list(range(250))

@@ -265,7 +265,8 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
     """One small run (100 messages) of every action before the timed ones, so that Spark's
     Python workers are started and every module imported before the clocks run (on both
     sides).  Returns the seconds of the Spark actions: near their fixed cost (planning, the
-    Python processes Spark starts for each action), which a small N cannot amortize."""
+    Python processes Spark starts for each action), which a small N cannot amortize, and
+    PySpark's floor under any Python streaming source (``spark_floor``)."""
     seconds: dict[str, float] = {}
     rows = spark.range(100).selectExpr("cast(id as string) AS text", "cast(id % 10 as int) AS seq")
     for durable in ("false", "true"):
@@ -287,6 +288,11 @@ def _warm_up(spark: Any, root: Path, tmp: str) -> dict[str, float]:
          .option("path", str(Path(tmp) / f"{queue}-sink")).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start().awaitTermination())
         seconds[key] = time.perf_counter() - t
+    # PySpark's own floor under it: the same query over a Python source that reads no file (the
+    # second of two runs, as drain_again)
+    from .spark_floor import floor_seconds  # (imports pyspark, as _session does)
+
+    seconds["python_source_floor"] = floor_seconds(spark, tmp, rows=100, repeat=2)[-1]
     _library_send(root, "warm-library", 100, persistent=True)
     seconds["library_receive"] = library_receive(root, "warm-library", 100, 100)[0]
     return {k: round(v, 2) for k, v in seconds.items()}
