@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 from . import codec
 from .codec import now_ms
-from .decision import ClaimSettings, Verdict, decide
+from .decision import ClaimSettings, Decision, Verdict, decide
 from .errors import StoreError
 from .lifecycle import Move, State
 from .message import Message
@@ -65,16 +65,20 @@ class Claimer:
         """Seconds until a name held back is due again; None when none is held back."""
         return max(0.0, (min(self.deferred.values()) - self.clock()) / 1000) if self.deferred else None
 
+    def release_due(self) -> None:
+        """Names held back whose time has come are eligible again."""
+        now = self.clock()
+        due = [n for n, t in self.deferred.items() if t <= now]
+        for n in due:
+            del self.deferred[n]
+            self.skip.discard(n)
+        if due:
+            self.invalidate()
+
     def claim_next(self) -> Claim | None:
         """Try names in order until one claim succeeds; None when target/ has nothing for us."""
-        if self.deferred:  # names held back whose time has come are eligible again
-            now = self.clock()
-            due = [n for n, t in self.deferred.items() if t <= now]
-            for n in due:
-                del self.deferred[n]
-                self.skip.discard(n)
-            if due:
-                self.invalidate()
+        if self.deferred:
+            self.release_due()
         while (name := self.next()) is not None:
             claim = self.try_claim(name)
             if claim is not None:
@@ -134,6 +138,20 @@ class Claimer:
                 return name
         return None
 
+    def verdict(self, name: str, attempted: int = 0) -> Decision | None:
+        """decide's verdict on ``name``: the decision when it is a claim; otherwise its move
+        (expire), holding back or setting aside is done, and None."""
+        decision = decide(name, self.clock(), self.policy, attempted)
+        if decision.verdict is Verdict.CLAIM:
+            return decision
+        if decision.verdict is Verdict.EXPIRE:
+            self.box.move(Move.EXPIRE, State.NEW, name)
+        elif decision.verdict is Verdict.DEFER:
+            self.hold_back(name, decision.until)
+        else:  # SKIP: a name never changes, it will never match
+            self.skip.add(name)
+        return None
+
     def try_claim(self, name: str) -> Claim | None:
         """Execute decide's verdict on ``name``: the claim, or None.  StoreError for a full or
         read-only store (nothing moved); any other error skips the name."""
@@ -143,16 +161,10 @@ class Claimer:
             from . import claims
 
             entry = claims.lookup(box, State.NEW, name, self.registered)
-        verdict, header, count, claimed, until, dead_letter = decide(
-            name, self.clock(), self.policy, 0 if entry is None else entry.count)
-        if verdict is not Verdict.CLAIM:
-            if verdict is Verdict.EXPIRE:
-                box.move(Move.EXPIRE, State.NEW, name)
-            elif verdict is Verdict.DEFER:
-                self.hold_back(name, until)
-            else:  # SKIP: a name never changes, it will never match
-                self.skip.add(name)
+        decision = self.verdict(name, 0 if entry is None else entry.count)
+        if decision is None:
             return None
+        _, header, count, claimed, _, dead_letter = decision
         try:
             if entry is None and not codec.needs_alias(self.client_id, name, claimed):
                 pname: str | None = codec.processing_name(self.client_id, claimed)

@@ -132,7 +132,7 @@ from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
-from dropboxmq.decision import ClaimSettings, Verdict, decide
+from dropboxmq.decision import ClaimSettings
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
@@ -1286,26 +1286,15 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._last_recovery = mono
             reclaim_dead_owners(self.root, self.box)
         claimer, client = self._claimer, self.client_id
-        now = claimer.clock()
-        due = [n for n, t in claimer.deferred.items() if t <= now]  # held back until now: eligible again
-        for n in due:
-            del claimer.deferred[n]
-            claimer.skip.discard(n)
-        if due:
-            claimer.invalidate()
+        claimer.release_due()
         names: list[str] = []
         claimed: list[str] = []
         planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
         while len(names) < cap and (name := claimer.next()) is not None:
-            verdict, header, _, stamped, until, _ = decide(name, now, claimer.policy)
-            if verdict is not Verdict.CLAIM:  # as the claim step: the move, or the name set aside
-                if verdict is Verdict.EXPIRE:
-                    claimer.box.move(Move.EXPIRE, State.NEW, name)
-                elif verdict is Verdict.DEFER:
-                    claimer.hold_back(name, until)
-                else:
-                    claimer.skip.add(name)
+            decision = claimer.verdict(name)  # the claim step's verdict: a move, or the name set aside
+            if decision is None:
                 continue
+            header, stamped = decision.header, decision.claimed_name
             mid = header.message_id if header is not None else None
             if mid is not None:
                 if mid in planned_ids:
