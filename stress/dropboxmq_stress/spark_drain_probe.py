@@ -38,7 +38,9 @@ class _ProbeReader(DropboxMQStreamReader):
         self._probe_log = options[_LOG_OPTION]
         w, c = time.perf_counter(), time.process_time()
         super().__init__(options, schema)
-        _note(self._probe_log, "init", time.perf_counter() - w, time.process_time() - c, age=_age())
+        # age and CPU of the process since it started: the source runner is a fresh process a query
+        _note(self._probe_log, "init", time.perf_counter() - w, time.process_time() - c, age=_age(),
+              process_cpu=time.process_time())
 
     def _timed(self, what: str, call: Any, *args: Any) -> Any:
         w, c = time.perf_counter(), time.process_time()
