@@ -611,3 +611,22 @@ def test_the_bench_floor_query_is_a_real_drain_of_its_rows(spark, tmp_path):
     for k in range(2):
         rows = spark.read.parquet(str(tmp_path / f"floor-{k}-sink")).collect()
         assert sorted(r.id for r in rows) == list(range(250))
+
+
+def test_the_floor_breakdown_times_real_drains_and_the_source_runner(spark, tmp_path):
+    """spark_floor's breakdown (issue 32) says where a floor query's seconds go: each kind is a
+    real availableNow drain of its 100 rows, and for the Python sources the runner process Spark
+    starts for the query exists before the first trigger (its start up is outside every batch)."""
+    from dropboxmq_stress.spark_floor import breakdown
+
+    for kind in ("python", "text", "dropboxmq"):
+        row = breakdown(spark, str(tmp_path), kind, 0)
+        sink = spark.read.parquet(str(tmp_path / f"{kind}-0-sink"))
+        assert sink.count() == 100 and row["batches"] == 1, kind
+        assert 0 < row["start_returned"] < row["total"] and 0 < row["first_trigger_at"] < row["total"], kind
+        assert row["trigger_ms"]["triggerExecution"] > 0, kind
+        if kind != "text":
+            assert row["runner_age_at_reader"] > 0 and row["runner_cpu_at_reader"] > 0, kind
+            assert row["runner_started_at"] + row["runner_age_at_reader"] <= row["first_trigger_at"] + 0.05, kind
+    processed = tmp_path / "root" / "q0" / "incoming" / "processed"
+    assert len(list(processed.iterdir())) == 100  # the drain acknowledged every message

@@ -118,7 +118,7 @@ def _stages(spark: Any, since: float) -> list:
     return sorted(out, key=lambda s: s["from"])
 
 
-def _send(root: Path, queue: str, n: int) -> None:
+def send_queue(root: Path, queue: str, n: int) -> None:
     """n persistent messages as spark_bench sends them (100-byte text, one integer property)."""
     from dropboxmq.connection import Connection
     from dropboxmq.message import Message, TextMessage
@@ -147,8 +147,8 @@ def _drain(spark: Any, root: Path, tmp: str, n: int, per_trigger: int, log: str)
 def run_once(spark: Any, n: int, per_trigger: int, tmp: str) -> dict[str, Any]:
     root = Path(tmp) / "root"
     log = str(Path(tmp) / "probe.jsonl")
-    _send(root, "drain", n)
-    _send(root, "drain-twin", n)
+    send_queue(root, "drain", n)
+    send_queue(root, "drain-twin", n)
     sink = str(Path(tmp) / "sink")
     jvm = spark.sparkContext._gateway.proc.pid
     load = os.getloadavg()[0]
@@ -203,7 +203,7 @@ def main() -> None:
     spark.dataSource.register(ProbeDataSource)
     try:
         with tempfile.TemporaryDirectory(prefix="dropboxmq-drain-probe-") as tmp:  # warm-up
-            _send(Path(tmp) / "root", "drain", 100)
+            send_queue(Path(tmp) / "root", "drain", 100)
             _drain(spark, Path(tmp) / "root", tmp, 100, 0, str(Path(tmp) / "log")).awaitTermination()
         for _ in range(args.repeat):
             for n in args.messages:

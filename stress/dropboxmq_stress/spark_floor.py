@@ -148,12 +148,14 @@ def breakdown(spark: Any, tmp: str, kind: str, k: int) -> dict[str, Any]:
 
     log = str(Path(tmp) / f"{kind}-{k}.trace")
     if kind == "python":
+        spark.dataSource.register(TracedMemorySource)
         source = spark.readStream.format("memoryfloor_traced").option("rows", "100").option("traceLog", log).load()
     elif kind == "dropboxmq":
-        from .spark_drain_probe import _send
+        from .spark_drain_probe import ProbeDataSource, send_queue
 
+        spark.dataSource.register(ProbeDataSource)
         root = Path(tmp) / "root"
-        _send(root, f"q{k}", 100)
+        send_queue(root, f"q{k}", 100)
         source = (spark.readStream.format("dropboxmq_probe").option("root", str(root))
                   .option("checkpointLocation", str(Path(tmp) / f"{kind}-{k}-ck")).option("probeLog", log)
                   .load(f"q{k}").select("message_id", "text"))
@@ -223,11 +225,6 @@ def main() -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(TracedMemorySource)
-    if "dropboxmq" in args.kinds:
-        from .spark_drain_probe import ProbeDataSource
-
-        spark.dataSource.register(ProbeDataSource)
     totals: dict[str, list[float]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="dropboxmq-spark-floor-") as tmp:
