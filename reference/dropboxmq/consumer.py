@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from .claim import Claimer
-from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError
 from .lifecycle import State
@@ -47,11 +46,10 @@ class MessageConsumer:
             from .selector import selector_for  # (the parser: imported only when there is one to parse)
 
             matcher = selector_for(selector)
-        # the clocks are looked up at each call (tests shift them)
         self.claimer = Claimer(self.box, session.connection.client_id,
                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
-                               session.settings.scan_interval, clock=lambda: now_ms(),
-                               monotonic=lambda: time.monotonic())
+                               session.settings.scan_interval)
+        self.housekeeping_due = -1e9  # time.monotonic() after which the ops layer runs again
         self.on_close: Callable[[], None] | None = None  # a topic consumer's: leave its subscription
         self.listener: Callable[[Message], Any] | None = None
         self.closed = False
@@ -98,11 +96,12 @@ class MessageConsumer:
         return self.claimer.next_retry_in()
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
-        self._check_receive()
         session = self.session
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
+            if self.closed or session.closed or self.listener is not None:  # (a closed connection closed both)
+                self._check_receive()
             if session.connection.started.is_set():
                 with session.lock:
                     d = self.claim_next(read_body)
@@ -120,7 +119,6 @@ class MessageConsumer:
                 return None
             time.sleep(wait if remaining is None else min(wait, remaining))
             wait = min(wait * 2, self.session.settings.poll_interval)
-            self._check_receive()
 
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener`` (a callable, or JMS style an object with
@@ -154,8 +152,10 @@ class MessageConsumer:
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
         """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
-        self.session.connection.registration.check("receive")
-        self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
+        connection = self.session.connection
+        connection.registration.check("receive")
+        if time.monotonic() > self.housekeeping_due:  # the ops layer, every recovery_interval
+            self.housekeeping_due = connection.housekeeping(self.box)
         box = self.box
         while (claim := self.claimer.claim_next()) is not None:
             pname, claimed, header = claim
