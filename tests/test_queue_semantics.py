@@ -189,6 +189,30 @@ def test_acknowledge_and_recover_illegal_in_transacted_session(root):
             c.create_session().commit()
 
 
+def test_receive_refused_once_closed_or_with_a_listener(root):
+    """receive() says what is closed (a closed connection has closed its sessions, and a closed
+    session its consumers) and refuses while a listener is set; no message is claimed."""
+    with Connection(root, "a", FAST, create=True) as c:
+        send_texts(c, ["x"])
+        s = c.create_session()
+        listening, closed = s.create_consumer(Q), s.create_consumer(Q)
+        c.stop()  # (the listener takes nothing)
+        listening.set_message_listener(lambda m: None)
+        closed.close()
+        with pytest.raises(IllegalStateError, match="^receive\\(\\) is not allowed while a message listener is set$"):
+            listening.receive(0)
+        with pytest.raises(IllegalStateError, match="^consumer is closed$"):
+            closed.receive(0)
+        on_session, on_connection = c.create_session(), c.create_session()
+        first, second = on_session.create_consumer(Q), on_connection.create_consumer(Q)
+        on_session.close()
+        with pytest.raises(IllegalStateError, match="^session is closed$"):
+            first.receive(0)
+    with pytest.raises(IllegalStateError, match="^session is closed$"):
+        second.receive(0)
+    assert len(ls(root, "Q1", "target")) == 1
+
+
 # ================================================================ transactions
 
 

@@ -101,7 +101,9 @@ class MessageConsumer:
         wait = 0.001
         while True:
             if self.closed or session.closed or self.listener is not None:  # (a closed connection closed both)
-                self._check_receive()
+                session.check_open()
+                raise IllegalStateError("consumer is closed" if self.closed else
+                                        "receive() is not allowed while a message listener is set")
             if session.connection.started.is_set():
                 with session.lock:
                     d = self.claim_next(read_body)
@@ -118,7 +120,7 @@ class MessageConsumer:
             if remaining is not None and remaining <= 0:
                 return None
             time.sleep(wait if remaining is None else min(wait, remaining))
-            wait = min(wait * 2, self.session.settings.poll_interval)
+            wait = min(wait * 2, session.settings.poll_interval)
 
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener`` (a callable, or JMS style an object with
@@ -142,13 +144,6 @@ class MessageConsumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def _check_receive(self) -> None:
-        self.session.check_open()
-        if self.closed:
-            raise IllegalStateError("consumer is closed")
-        if self.listener is not None:
-            raise IllegalStateError("receive() is not allowed while a message listener is set")
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
         """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
