@@ -35,14 +35,13 @@ class Delivery:
 
 
 class MessageConsumer:
-    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 filter_here: bool = True):
+    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None):
         self.session = session
         self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
         matcher = None
-        if selector and filter_here:  # (a topic's subscription is filtered at fan-out instead)
+        if selector:
             from .selector import selector_for  # (the parser: imported only when there is one to parse)
 
             matcher = selector_for(selector)
