@@ -189,9 +189,9 @@ def test_acknowledge_and_recover_illegal_in_transacted_session(root):
             c.create_session().commit()
 
 
-def test_receive_refused_once_closed_or_with_a_listener(root):
-    """receive() says what is closed (a closed connection has closed its sessions, and a closed
-    session its consumers) and refuses while a listener is set; no message is claimed."""
+def test_receive_and_send_refused_once_closed_or_with_a_listener(root):
+    """receive() and send() say what is closed (a closed connection has closed its sessions, and
+    a closed session its consumers); receive() refuses while a listener is set; nothing moves."""
     with Connection(root, "a", FAST, create=True) as c:
         send_texts(c, ["x"])
         s = c.create_session()
@@ -205,11 +205,16 @@ def test_receive_refused_once_closed_or_with_a_listener(root):
             closed.receive(0)
         on_session, on_connection = c.create_session(), c.create_session()
         first, second = on_session.create_consumer(Q), on_connection.create_consumer(Q)
+        producer = on_connection.create_producer(Q)
         on_session.close()
         with pytest.raises(IllegalStateError, match="^session is closed$"):
             first.receive(0)
     with pytest.raises(IllegalStateError, match="^session is closed$"):
         second.receive(0)
+    with pytest.raises(IllegalStateError, match="^session is closed$"):
+        producer.send(TextMessage("y"))
+    with pytest.raises(IllegalStateError, match="^connection is closed$"):
+        c.create_session()
     assert len(ls(root, "Q1", "target")) == 1
 
 

@@ -99,7 +99,7 @@ class MessageConsumer:
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
-            if self.closed or session.closed or self.listener is not None:  # (a closed connection closed both)
+            if self.closed or session.closed or self.listener is not None:
                 session.check_open()
                 raise IllegalStateError("consumer is closed" if self.closed else
                                         "receive() is not allowed while a message listener is set")

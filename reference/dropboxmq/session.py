@@ -247,9 +247,8 @@ class Session:
                 self.lock.release()
 
     def check_open(self) -> None:
-        if self.closed:
+        if self.closed:  # (a closed connection has closed its sessions)
             raise IllegalStateError("session is closed")
-        self.connection.check_open()
 
     # --- the ack mode's steps (called by consumers and listeners)
     def delivered(self, d: Delivery, *, take: bool = True, done: bool = True) -> None:
