@@ -7,12 +7,11 @@ import pickle
 import signal
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 
-import dropboxmq.browser as browser_mod
-import dropboxmq.consumer as consumer_mod
 from dropboxmq import codec, filesystems, ids, layout, recovery
 from dropboxmq.errors import IllegalStateError, InvalidClientIDError, InvalidDestinationError, NameTooLongError
 from dropboxmq.filesystems import UnsupportedFileSystemError
@@ -44,11 +43,9 @@ def drain(consumer, timeout: float = 0.2) -> list:
 
 
 def shift_clock(monkeypatch, seconds: float) -> None:
-    """Make the library's wall clock (expiry, delivery delay) run ``seconds`` ahead."""
-    real = consumer_mod.now_ms
-    monkeypatch.setattr(consumer_mod, "now_ms", lambda: real() + int(seconds * 1000))
-    monkeypatch.setattr(recovery, "now_ms", consumer_mod.now_ms)
-    monkeypatch.setattr(browser_mod, "now_ms", consumer_mod.now_ms)
+    """Make the library's wall clock (codec.now_ms: expiry, delivery delay) run ``seconds`` ahead."""
+    real = time.time_ns
+    monkeypatch.setattr(codec, "time", types.SimpleNamespace(time_ns=lambda: real() + int(seconds * 1e9)))
 
 
 # ================================================================ acknowledgement modes
@@ -190,6 +187,35 @@ def test_acknowledge_and_recover_illegal_in_transacted_session(root):
             s.recover()
         with pytest.raises(IllegalStateError):
             c.create_session().commit()
+
+
+def test_receive_and_send_refused_once_closed_or_with_a_listener(root):
+    """receive() and send() say what is closed (a closed connection has closed its sessions, and
+    a closed session its consumers); receive() refuses while a listener is set; nothing moves."""
+    with Connection(root, "a", FAST, create=True) as c:
+        send_texts(c, ["x"])
+        s = c.create_session()
+        listening, closed = s.create_consumer(Q), s.create_consumer(Q)
+        c.stop()  # (the listener takes nothing)
+        listening.set_message_listener(lambda m: None)
+        closed.close()
+        with pytest.raises(IllegalStateError, match="^receive\\(\\) is not allowed while a message listener is set$"):
+            listening.receive(0)
+        with pytest.raises(IllegalStateError, match="^consumer is closed$"):
+            closed.receive(0)
+        on_session, on_connection = c.create_session(), c.create_session()
+        first, second = on_session.create_consumer(Q), on_connection.create_consumer(Q)
+        producer = on_connection.create_producer(Q)
+        on_session.close()
+        with pytest.raises(IllegalStateError, match="^session is closed$"):
+            first.receive(0)
+    with pytest.raises(IllegalStateError, match="^session is closed$"):
+        second.receive(0)
+    with pytest.raises(IllegalStateError, match="^session is closed$"):
+        producer.send(TextMessage("y"))
+    with pytest.raises(IllegalStateError, match="^connection is closed$"):
+        c.create_session()
+    assert len(ls(root, "Q1", "target")) == 1
 
 
 # ================================================================ transactions
@@ -435,7 +461,7 @@ def test_escaped_or_foreign_headers_still_hold_a_claim_back(root):
 
 
 class _FakeMonotonic:
-    """Delegates to ``time`` but lets a test move the monotonic clock forward."""
+    """``time.monotonic`` that a test moves forward: the claim step's clock (when to list again)."""
 
     def __init__(self):
         self.offset = 0.0
@@ -443,19 +469,16 @@ class _FakeMonotonic:
     def monotonic(self):
         return time.monotonic() + self.offset
 
-    def __getattr__(self, name):
-        return getattr(time, name)
 
-
-def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(root, monkeypatch):
+def test_priority_new_high_message_overtakes_backlog_within_one_scan_interval(root):
     clock = _FakeMonotonic()
-    monkeypatch.setattr(consumer_mod, "time", clock)
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
     with Connection(root, "a", settings, create=True) as c:
         p = c.create_session().create_producer(Q)
         p.send_many([TextMessage(body=f"low{i}".encode()) for i in range(50)], priority=4,
                     delivery_mode=DeliveryMode.NON_PERSISTENT)
         cons = c.create_session().create_consumer(Q)
+        cons.claimer.monotonic = clock.monotonic
         assert cons.receive(WAIT).text == "low0"  # the consumer has listed the backlog
         p.send(TextMessage(body=b"HIGH"), priority=9)
         clock.offset += 1.01  # one scan interval passes
@@ -475,15 +498,14 @@ def test_a_backlog_is_listed_once_while_the_listing_is_fresh(root, monkeypatch):
     """A drain walks the whole listing: target/ is listed again only when the walk ends or the
     listing is stale, not every eighth of the backlog (the consume profile had 15 % of its time
     in relisting)."""
-    clock = _FakeMonotonic()  # time stands still: the listing never goes stale (on a loaded
-    frozen = time.monotonic()  # machine the drain takes longer than the scan interval)
-    monkeypatch.setattr(clock, "monotonic", lambda: frozen)
-    monkeypatch.setattr(consumer_mod, "time", clock)
+    frozen = time.monotonic()
     settings = Settings(scan_interval=1.0, poll_interval=0.005, recovery_interval=1e9)
     with Connection(root, "a", settings, create=True) as c:
         c.create_session().create_producer(Q).send_many([TextMessage(body=str(i)) for i in range(2000)],
                                                        delivery_mode=DeliveryMode.NON_PERSISTENT)
         cons = c.create_session().create_consumer(Q)
+        # time stands still: the listing never goes stale (on a loaded machine the drain takes longer
+        cons.claimer.monotonic = lambda: frozen  # than the scan interval)
         listings = []
         real_list = cons.box.list
         monkeypatch.setattr(cons.box, "list", lambda state: listings.append(state) or real_list(state))

@@ -152,15 +152,17 @@ class Connection:
         if self.closed:
             raise IllegalStateError("connection is closed")
 
-    def housekeeping(self, box: Dropbox) -> None:
-        """``recovery.housekeeping`` of a consumed dropbox, at most every ``recovery_interval``."""
+    def housekeeping(self, box: Dropbox) -> float:
+        """``recovery.housekeeping`` of a consumed dropbox, at most every ``recovery_interval``;
+        the time.monotonic() after which it is due again."""
         now = time.monotonic()
-        if now - self._housekept.get(box.path, -1e9) <= self.settings.recovery_interval:
-            return
-        self._housekept[box.path] = now
-        from .recovery import housekeeping
+        last = self._housekept.get(box.path, -1e9)
+        if now - last > self.settings.recovery_interval:
+            self._housekept[box.path] = last = now
+            from .recovery import housekeeping
 
-        housekeeping(self.root, box, self.settings.retention)
+            housekeeping(self.root, box, self.settings.retention)
+        return last + self.settings.recovery_interval
 
     def boxes_for_send(self, dest: Destination, header: Message) -> list[Dropbox]:
         """Where a send writes: the queue's dropbox, or one copy per matching subscription."""

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from .claim import Claimer
-from .codec import now_ms
 from .decision import ClaimSettings
 from .errors import IllegalStateError
 from .lifecycle import State
@@ -36,22 +35,20 @@ class Delivery:
 
 
 class MessageConsumer:
-    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None,
-                 filter_here: bool = True):
+    def __init__(self, session: Session, box: Dropbox, destination: Destination, selector: str | None):
         self.session = session
         self.box = box.hold_dirs()  # claim, read and ack by name in held directories (closed with the consumer)
         self.destination = destination
         self.message_selector = selector or None
         matcher = None
-        if selector and filter_here:  # (a topic's subscription is filtered at fan-out instead)
+        if selector:
             from .selector import selector_for  # (the parser: imported only when there is one to parse)
 
             matcher = selector_for(selector)
-        # the clocks are looked up at each call (tests shift them)
         self.claimer = Claimer(self.box, session.connection.client_id,
                                ClaimSettings(matcher, session.settings.max_delivery_attempts),
-                               session.settings.scan_interval, clock=lambda: now_ms(),
-                               monotonic=lambda: time.monotonic())
+                               session.settings.scan_interval)
+        self.housekeeping_due = -1e9  # time.monotonic() after which the ops layer runs again
         self.on_close: Callable[[], None] | None = None  # a topic consumer's: leave its subscription
         self.listener: Callable[[Message], Any] | None = None
         self.closed = False
@@ -98,11 +95,14 @@ class MessageConsumer:
         return self.claimer.next_retry_in()
 
     def _receive(self, timeout: float | None, read_body: bool) -> Delivery | None:
-        self._check_receive()
         session = self.session
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = 0.001
         while True:
+            if self.closed or session.closed or self.listener is not None:
+                session.check_open()
+                raise IllegalStateError("consumer is closed" if self.closed else
+                                        "receive() is not allowed while a message listener is set")
             if session.connection.started.is_set():
                 with session.lock:
                     d = self.claim_next(read_body)
@@ -119,8 +119,7 @@ class MessageConsumer:
             if remaining is not None and remaining <= 0:
                 return None
             time.sleep(wait if remaining is None else min(wait, remaining))
-            wait = min(wait * 2, self.session.settings.poll_interval)
-            self._check_receive()
+            wait = min(wait * 2, session.settings.poll_interval)
 
     def set_message_listener(self, listener: "Callable[[Message], Any] | MessageListener | None") -> None:
         """Deliver messages to ``listener`` (a callable, or JMS style an object with
@@ -145,17 +144,12 @@ class MessageConsumer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _check_receive(self) -> None:
-        self.session.check_open()
-        if self.closed:
-            raise IllegalStateError("consumer is closed")
-        if self.listener is not None:
-            raise IllegalStateError("receive() is not allowed while a message listener is set")
-
     def claim_next(self, read_body: bool = True) -> Delivery | None:
         """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
-        self.session.connection.registration.check("receive")
-        self.session.connection.housekeeping(self.box)  # the ops layer, every recovery_interval
+        connection = self.session.connection
+        connection.registration.check("receive")
+        if time.monotonic() > self.housekeeping_due:  # the ops layer, every recovery_interval
+            self.housekeeping_due = connection.housekeeping(self.box)
         box = self.box
         while (claim := self.claimer.claim_next()) is not None:
             pname, claimed, header = claim

@@ -107,7 +107,7 @@ class Dispatcher:
 
     def _run(self, consumer: MessageConsumer, d: Delivery) -> None:
         session = self.session
-        session.delivered(d, by_listener=True)
+        session.delivered(d, done=False)
         self.running = d
         try:
             consumer.listener(d.message)  # type: ignore[misc]  # set: the loop checked
@@ -118,4 +118,4 @@ class Dispatcher:
             return
         finally:
             self.running = None
-        session.done(d)
+        session.delivered(d, take=False)

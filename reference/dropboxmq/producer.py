@@ -91,8 +91,7 @@ class MessageProducer:
         return [m for m, _, _ in prepared]
 
     def _write(self, prepared: list[tuple[Message, str, list[Dropbox]]], source: BinaryIO | None = None) -> None:
-        """CREATE every copy, then SEND them; several (bulk send, fan-out) are one group commit:
-        all made durable together, all renamed, each target/ synced once."""
+        """CREATE every copy, then SEND them; several (bulk send, fan-out) are one group commit."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
         session.connection.registration.check("send")

@@ -247,25 +247,21 @@ class Session:
                 self.lock.release()
 
     def check_open(self) -> None:
-        if self.closed:
+        if self.closed:  # (a closed connection has closed its sessions)
             raise IllegalStateError("session is closed")
-        self.connection.check_open()
 
     # --- the ack mode's steps (called by consumers and listeners)
-    def delivered(self, d: Delivery, *, by_listener: bool = False) -> None:
-        """The *take* step, and for receive() *done* too (a listener's comes when it returns)."""
-        if self.policy.take == "log":
+    def delivered(self, d: Delivery, *, take: bool = True, done: bool = True) -> None:
+        """The *take* step as ``d`` is claimed, and *done* when the application is done with it:
+        both at once for receive(), a listener's *done* when it returns."""
+        policy = self.policy
+        if take and policy.take == "log":
             from .transaction import record_receive
 
             record_receive(self, d)
-        elif self.policy.take == "hold":
+        elif take and policy.take == "hold":
             self.unacked.append(d)
-        if not by_listener:
-            self.done(d)
-
-    def done(self, d: Delivery) -> None:
-        """The application is done with ``d``."""
-        if self.policy.done == "ack":
+        if done and policy.done == "ack":
             try:
                 self._ack([d])
             except StoreError:  # (ENOSPC...): back to target/, and the error surfaces
@@ -273,7 +269,7 @@ class Session:
 
                 return_failed_ack(self, d)
                 raise
-        elif self.policy.done == "batch":
+        elif done and policy.done == "batch":
             self.unacked.append(d)
             if len(self.unacked) >= self.settings.dups_ok_batch:
                 self.flush_lazy_acks()

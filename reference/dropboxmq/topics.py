@@ -349,7 +349,8 @@ def subscribed_consumer(session: Session, topic: Topic, name: str | None, select
     from .consumer import MessageConsumer  # (the session's module has it loaded)
 
     sub, attachment = subscribe(session.connection, topic, name, selector, no_local, durable, shared)
-    consumer = MessageConsumer(session, sub.box, topic, selector, filter_here=False)  # filtered at fan-out
+    consumer = MessageConsumer(session, sub.box, topic, None)  # the subscription is filtered at fan-out
+    consumer.message_selector = selector or None
     consumer.on_close = lambda: close_consumer(session, sub, attachment)
     session.consumers.append(consumer)
     return consumer
