@@ -60,7 +60,7 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
-def _dir_fd(fd: int) -> int | None:
+def _dir_fd(fd: int) -> int | None:  # netfs says None for AT_FDCWD (os takes either: no call on the path)
     return None if fd == _AT_FDCWD else fd
 
 
@@ -308,7 +308,7 @@ def _open_exclusive(path: str, dir_fd: int) -> int:
     """open(O_CREAT|O_EXCL); a refusal is judged by ``netfs.open_refused`` (a network file
     system's EEXIST may be a phantom, its EPERM the EEXIST it means)."""
     try:
-        return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
+        return os.open(path, _O_CREATE, 0o644, dir_fd=dir_fd)
     except (FileExistsError, PermissionError) as exc:
         from . import netfs
 
@@ -328,7 +328,7 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, 
 
 def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=_dir_fd(dir_fd))
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc
