@@ -1501,7 +1501,7 @@ def doctor(ctx, directory, other, trials, visibility_timeout, no_record, as_json
             click.echo(f"  - {reason}")
         for note in verdict.notes:
             click.echo(f"  note: {note}")
-    sys.exit(verdict.exit_code)
+    sys.exit(doc.EXIT_CODES[verdict.level])
 
 
 if __name__ == "__main__":
