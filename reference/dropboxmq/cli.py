@@ -286,7 +286,8 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
     Example:  dropboxmq --root /srv/mq init orders invoices
     """
     from . import layout
-    from .dirs import ensure_dropbox, ensure_layout
+    from .dirs import ensure_layout
+    from .making import ensure_dropbox
 
     root = ctx.obj["root"]
     boxes = [layout.queue_box(root, Queue(q)) for q in queues]  # validate every name first

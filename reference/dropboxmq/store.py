@@ -79,7 +79,7 @@ class Dropbox:
 
     def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
-        self.root = None if root is None else Path(root)  # known: dirs.ensure_dropbox makes nothing through a symlink
+        self.root = None if root is None else Path(root)  # known: making.ensure_dropbox makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
         self._fds: dict[State, int] | None = None  # hold_dirs(): state -> fd ({}: not open yet)
@@ -155,7 +155,7 @@ class Dropbox:
                 return True
         return False
 
-    # --- layout (made by dirs.ensure_dropbox)
+    # --- layout (made by making.ensure_dropbox)
     def exists(self) -> bool:
         """All six state directories are real directories (a symlink could lead out of the root)."""
         return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
