@@ -30,7 +30,7 @@ module is never imported; elsewhere (sshfs, SMB, NFS without lockd, an unknown F
 the lease decides.
 
 Pure core: ``Observer`` and ``Renewer`` take their clock; the record's format is the registration's
-(``clients.record``), its I/O ``Renewer``'s ``write`` callable.  :func:`take_over` is what a
+(``clients.Registration``), its I/O ``Renewer``'s ``write`` callable.  :func:`take_over` is what a
 registration does where its flock proves nothing about other hosts.
 """
 
