@@ -26,7 +26,6 @@ from . import __version__, extras
 from .cli_root import require_root
 from .errors import DropboxMQError
 from .hints import did_you_mean
-from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
 
@@ -206,7 +205,7 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="DROPBOXMQ_ROOT",
-    default=DEFAULT_ROOT,
+    default="./var/dropbox",
     show_default="$DROPBOXMQ_ROOT, else ./var/dropbox",
     help="The dropbox root: the directory that holds every queue and topic.",
 )

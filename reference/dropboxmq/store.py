@@ -1,8 +1,6 @@
-"""The I/O shell: the only module that creates, renames, reads or deletes message files.  Every
-method that moves a file names its ``Move``; the lifecycle table (``lifecycle.py``) decides the
-source and destination directory, so everything above this module thinks in moves, never in paths.
-Durability: PROTOCOL.md §6; batches sync at once (``groupsync``, then :func:`sync_many`).
-"""
+"""The I/O shell: the only module that creates, renames, reads or deletes message files.  A move
+is named by its ``Move``, the lifecycle table decides its directories: callers think in moves, not
+paths.  Durability: PROTOCOL.md §6."""
 
 from __future__ import annotations
 
@@ -101,8 +99,8 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the state directories now (fail-at-N counts the same calls from the first claim
-        on) and until :meth:`close`: files are then named in them (no path walk)."""
+        """Open the state directories until :meth:`close`: files are then named in them (no path
+        walk); now, so fail-at-N counts the same calls from the first claim on."""
         self._fds = {}
         self._held()
         return self
@@ -139,8 +137,7 @@ class Dropbox:
 
     def _went_away(self, *states: State) -> bool:
         """Is one of these held directories no longer the one at its path (removed, or moved aside
-        and made again)?  Then they are opened again at the next use.  Asked only when a name was
-        not found, so a lost race costs two stat calls."""
+        and made again)?  Then all are opened again at the next use.  Asked when a name was not found."""
         fds = self._fds
         if not fds:
             return False
@@ -283,8 +280,7 @@ class Dropbox:
         return self._at(state, name, read_regular_file)
 
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
-        """``call(name, fd of state/)`` when held, else ``call(path, AT_FDCWD)``; by path
-        once more when the held directory turns out to have gone away."""
+        """``call(name, fd of state/)`` when held, else (or when it went away) ``call(path, AT_FDCWD)``."""
         fds = self._fds or self._held()
         if fds is not None:
             try:
