@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from . import codec, filesystems
-from .dirs import owns_pending_logs
+from .dirs import ensure_plain_dir, owns_pending_logs
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
 from .store import NotARegularFile, open_regular
@@ -72,8 +72,6 @@ class Registration:
 
     def _lock(self) -> int:
         """Open and flock the registration file: the fd.  InvalidClientIDError if it is held."""
-        from .dirs import ensure_plain_dir  # (the root's internal directories: made at connect)
-
         while True:
             try:
                 ensure_plain_dir(self.root, self.path.parent)

@@ -20,12 +20,9 @@ __all__ = ["ensure_dir", "is_plain_path", "ensure_plain_dir", "ensure_layout", "
 
 
 def ensure_dir(path: str | Path) -> None:
-    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
-    Every directory it creates is durable when it returns: its parent is fsynced after the
-    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
-    parent: without this a power loss could take a new queue, and the message just fsynced
-    into its target/, away; PROTOCOL.md Durability D10)."""
+    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something else (a file, a
+    FIFO, a dangling link) is in the way.  Each directory made is durable when it returns: its
+    parent is fsynced (PROTOCOL.md D10: else a power loss could take a new queue and its message)."""
     try:
         _make_dirs_durably(os.path.normpath(os.fspath(path)))
     except OSError as exc:
@@ -49,9 +46,8 @@ def _make_dirs_durably(path: str) -> None:
 
 
 def is_plain_path(root: str | Path, path: str | Path) -> bool:
-    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
-    where the layout says (a symlinked internal directory could lead out of the root, or
-    make rolling-back/ the committing/ directory)."""
+    """No symlink between ``root`` and ``path`` (one could lead out of the root, or make
+    rolling-back/ the committing/ directory)."""
     return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
 
 
