@@ -202,13 +202,12 @@ class Dropbox:
         """Create ``working/<name>`` exclusively, write it fully (``body`` may be an open regular file,
         copied in chunks), fsync it when durable; on any failure the partial file is removed."""
         next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
-        path = self.file(State.NOT_COMMITTED, name)
         if State.NOT_COMMITTED not in self._plain:
             self._check_plain(State.NOT_COMMITTED)
         try:
             fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
         except OSError as exc:
-            raise store_error("create", path, exc) from exc
+            raise store_error("create", self.file(State.NOT_COMMITTED, name), exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 write_all(fd, body)
@@ -222,7 +221,7 @@ class Dropbox:
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.unlink(path := self.file(State.NOT_COMMITTED, name))
             raise store_error("write", path, exc) from exc
         os.close(fd)
 
@@ -249,7 +248,7 @@ class Dropbox:
             self._check_plain(destination)
         dst_name = new_name or name
         # without renameat2 the fallback goes by path (as the fault harness counts it)
-        fds = (self._fds or self._held()) if noreplace_supported else None
+        fds = (self._fds or self._held()) if noreplace_supported and self._fds is not None else None
         # out of target/ and processing/ others may move the same file: the rename must be exclusive
         shared = source is not State.NOT_COMMITTED
         try:
@@ -281,8 +280,7 @@ class Dropbox:
 
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
         """``call(name, fd of state/)`` when held, else (or when it went away) ``call(path, AT_FDCWD)``."""
-        fds = self._fds or self._held()
-        if fds is not None:
+        if self._fds is not None and (fds := self._fds or self._held()) is not None:
             try:
                 return call(name, fds[state])
             except FileNotFoundError:
