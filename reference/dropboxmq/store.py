@@ -120,19 +120,17 @@ class Dropbox:
         return {**self.__dict__, "_fds": None if self._fds is None else {}}  # fds stay in this process
 
     def _held(self) -> dict[State, int] | None:
-        """The held fds, opened now if need be; None when not held, or when one cannot be opened
-        (a missing directory: the path-based call says what is wrong)."""
-        fds = self._fds
-        if fds is None or fds:
-            return fds
+        """Open the held directories (``_fds`` is {} till then); None when one cannot be opened (a
+        missing directory: the path-based call says what is wrong), tried again at the next use."""
+        fds: dict[State, int] = {}
         try:
             for state, path in self._dirs.items():
                 fds[state] = os.open(path, _O_DIR)
         except OSError:
             for fd in fds.values():
                 os.close(fd)
-            fds.clear()
             return None
+        self._fds = fds
         return fds
 
     def _went_away(self, *states: State) -> bool:
