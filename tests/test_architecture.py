@@ -59,7 +59,8 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: up, once: the Spark source's plan had copied the claim step's verdict handling and its release
 #: of held-back names; both are Claimer methods (verdict, release_due) that it and try_claim /
 #: claim_next call: 2,852.
-CEILING = 2852
+#: (14, lean4shell) ensure_dropbox/replace_durably -> making.py, filesystems one admit, one record reader: 2,768.
+CEILING = 2768
 
 
 def _type_checking(node: ast.stmt) -> bool:
