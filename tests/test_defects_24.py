@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from dropboxmq import clients, codec, inventory, layout, topics, transaction
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.cli import main
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import State

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dropboxmq import codec
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.connection import Connection, Settings
 from dropboxmq.lifecycle import STATE_DIRS

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FAST, fork_context, ls
 from dropboxmq import layout, recovery, topics
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, StoreError
 from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dropboxmq import codec
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.errors import DropboxMQError, InvalidDestinationError
 from dropboxmq.selector import InvalidSelectorError
 from dropboxmq.message import Queue, TextMessage, Topic

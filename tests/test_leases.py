@@ -17,7 +17,7 @@ import types
 import pytest
 
 from dropboxmq import clients, collisions, filesystems, leases, liveness as liveness_mod, netfs, store
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.clients import Registration
 from dropboxmq.liveness import liveness
 from dropboxmq.errors import InvalidClientIDError, MessageTakenError

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dropboxmq.cli import main as cli
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.distributor import distribute
 from dropboxmq.message import Topic
 from dropboxmq.retention import prune

@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
 from dropboxmq import layout  # noqa: E402
-from dropboxmq.dirs import ensure_dropbox  # noqa: E402
+from dropboxmq.making import ensure_dropbox  # noqa: E402
 from dropboxmq.lifecycle import State  # noqa: E402
 from dropboxmq.bodies import BytesMessage  # noqa: E402
 from dropboxmq.message import DeliveryMode, Queue, TextMessage  # noqa: E402

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from dropboxmq import collisions, groupsync, layout, netfs, store
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.errors import StoreError
 from dropboxmq.transaction import TransactionInDoubtError
 from dropboxmq.lifecycle import Move, State

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dropboxmq import lifecycle, store
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.errors import StoreError
 from dropboxmq.lifecycle import STATE_DIRS, TRANSITIONS, IllegalMove, Move, State, next_state
 from dropboxmq.store import Dropbox

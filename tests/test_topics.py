@@ -12,7 +12,7 @@ import multiprocess as mp
 import pytest
 
 from dropboxmq import topics
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.distributor import distribute
 from dropboxmq.errors import IllegalStateError, InvalidDestinationError, JMSException
 from dropboxmq.selector import InvalidSelectorError

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from . import codec
 from .errors import store_error
 from .lifecycle import Move, State
-from .dirs import replace_durably
+from .making import replace_durably
 from .store import REGISTER, Dropbox, fsync_dir
 
 if TYPE_CHECKING:

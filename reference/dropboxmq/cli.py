@@ -26,7 +26,6 @@ from . import __version__, extras
 from .cli_root import require_root
 from .errors import DropboxMQError
 from .hints import did_you_mean
-from .layout import DEFAULT_ROOT
 from .lifecycle import STATE_DIRS, State
 from .message import DeliveryMode, Queue
 
@@ -206,7 +205,7 @@ def _fail(message: str, code: int = 1) -> "NoReturn":
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="DROPBOXMQ_ROOT",
-    default=DEFAULT_ROOT,
+    default="./var/dropbox",
     show_default="$DROPBOXMQ_ROOT, else ./var/dropbox",
     help="The dropbox root: the directory that holds every queue and topic.",
 )
@@ -286,7 +285,8 @@ def init(ctx: click.Context, queues: tuple[str, ...]) -> None:
     Example:  dropboxmq --root /srv/mq init orders invoices
     """
     from . import layout
-    from .dirs import ensure_dropbox, ensure_layout
+    from .dirs import ensure_layout
+    from .making import ensure_dropbox
 
     root = ctx.obj["root"]
     boxes = [layout.queue_box(root, Queue(q)) for q in queues]  # validate every name first
@@ -1501,7 +1501,7 @@ def doctor(ctx, directory, other, trials, visibility_timeout, no_record, as_json
             click.echo(f"  - {reason}")
         for note in verdict.notes:
             click.echo(f"  note: {note}")
-    sys.exit(verdict.exit_code)
+    sys.exit(doc.EXIT_CODES[verdict.level])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from . import codec, filesystems
-from .dirs import owns_pending_logs
+from .dirs import ensure_plain_dir, owns_pending_logs
 from .errors import InvalidClientIDError, StoreError
 from .message import validate_name
 from .store import NotARegularFile, open_regular
@@ -23,17 +23,10 @@ from .store import NotARegularFile, open_regular
 if TYPE_CHECKING:
     from . import leases
 
-__all__ = ["clients_dir", "registration_path", "Registration", "DEFAULT_LEASE", "record"]
+__all__ = ["clients_dir", "registration_path", "Registration", "DEFAULT_LEASE"]
 
 #: seconds: the default lease (Settings.lease)
 DEFAULT_LEASE = 10.0
-
-
-def record(lease: float, beat: int) -> bytes:
-    """The record a registration holds (xa.py reads its ``pid=`` and ``host=``)."""
-    import socket
-
-    return f"pid={os.getpid()} host={socket.gethostname()} lease={lease:g} beat={beat}\n".encode()
 
 
 def clients_dir(root: Path) -> Path:
@@ -79,8 +72,6 @@ class Registration:
 
     def _lock(self) -> int:
         """Open and flock the registration file: the fd.  InvalidClientIDError if it is held."""
-        from .dirs import ensure_plain_dir  # (the root's internal directories: made at connect)
-
         while True:
             try:
                 ensure_plain_dir(self.root, self.path.parent)
@@ -111,7 +102,10 @@ class Registration:
             os.close(fd)
 
     def _write_beat(self, beat: int) -> None:
-        data = record(self.lease, beat)
+        import socket
+
+        # the record (xa.py reads its pid= and host=, leases.py its lease= and beat=)
+        data = f"pid={os.getpid()} host={socket.gethostname()} lease={self.lease:g} beat={beat}\n".encode()
         with self._write_lock:  # never after release() closed the fd (its number may be reused)
             fd = self._fd
             if fd is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import codec, ids, layout
-from .dirs import ensure_dropbox, ensure_layout
+from .dirs import ensure_layout
 from .filesystems import admit
 from .ackmode import AckMode
 from .clients import Registration
@@ -99,6 +99,8 @@ class Connection:
         if box is None or create:  # look (or make the directories) once per connection, not once per send
             box = layout.queue_box(self.root, queue)
             if create or self.create:
+                from .making import ensure_dropbox  # (making a queue is off the message path)
+
                 ensure_dropbox(box)
             elif not box.exists():
                 from .hints import missing_queue  # (the error's did-you-mean)

@@ -1,10 +1,7 @@
-"""Directories made under a root, off the message path: a queue's or a subscription's state
-directories (``init``, ``create_queue``, a connection with ``create=True``), the root's own
-internal ones (the clients' registrations, the transaction logs: ``ensure_layout`` at every
-connect).  Each is made durably and never through a symlink: a symlinked internal directory could
-lead out of the root.  And small files replaced durably in them (``replace_durably``: a claim
-register entry, a staged log, a manifest); the listing of the logs' directories (``pending_logs``:
-read at every close, the log machinery itself, transaction.py, only when there is a log).
+"""Directories under a root, made durably and never through a symlink (one could lead out of the
+root): the root's internal ones (the clients' registrations, the transaction logs: ``ensure_layout``
+at every connect), and the listing of the logs' directories (``pending_logs``: read at every close;
+transaction.py only when there is a log).  A dropbox's own directories: making.py.
 """
 
 from __future__ import annotations
@@ -16,30 +13,16 @@ from typing import Iterator
 
 from .errors import StoreError
 from .layout import LOG_DIRS, PENDING_LOG_DIRS, log_owner, transaction_dir
-from .lifecycle import STATE_DIRS
-from .store import Dropbox, fsync_dir, write_all
+from .store import fsync_dir
 
-__all__ = ["ensure_dropbox", "ensure_dir", "is_plain_path", "ensure_plain_dir", "replace_durably", "ensure_layout",
-           "log_names", "pending_logs", "owns_pending_logs"]
-
-
-def ensure_dropbox(box: Dropbox) -> Dropbox:
-    """Make the six state directories of ``box`` (inside its root, if it knows it)."""
-    for d in STATE_DIRS:
-        if box.root is None:
-            ensure_dir(box.path / d)
-        else:
-            ensure_plain_dir(box.root, box.path / d)
-    return box
+__all__ = ["ensure_dir", "is_plain_path", "ensure_plain_dir", "ensure_layout", "log_names", "pending_logs",
+           "owns_pending_logs"]
 
 
 def ensure_dir(path: str | Path) -> None:
-    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something that is
-    not a directory (a file, a FIFO, a dangling link) stands where a directory belongs.
-    Every directory it creates is durable when it returns: its parent is fsynced after the
-    mkdir (the fsync of a directory makes its entries durable, not its own entry in its
-    parent: without this a power loss could take a new queue, and the message just fsynced
-    into its target/, away; PROTOCOL.md Durability D10)."""
+    """``os.makedirs(path, exist_ok=True)``, with one clear StoreError when something else (a file, a
+    FIFO, a dangling link) is in the way.  Each directory made is durable when it returns: its
+    parent is fsynced (PROTOCOL.md D10: else a power loss could take a new queue and its message)."""
     try:
         _make_dirs_durably(os.path.normpath(os.fspath(path)))
     except OSError as exc:
@@ -63,9 +46,8 @@ def _make_dirs_durably(path: str) -> None:
 
 
 def is_plain_path(root: str | Path, path: str | Path) -> bool:
-    """No symlink between ``root`` and ``path``: what the library finds or puts there stays
-    where the layout says (a symlinked internal directory could lead out of the root, or
-    make rolling-back/ the committing/ directory)."""
+    """No symlink between ``root`` and ``path`` (one could lead out of the root, or make
+    rolling-back/ the committing/ directory)."""
     return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
 
 
@@ -93,18 +75,6 @@ def ensure_plain_dir(root: str | Path, path: str | Path) -> None:
     if not is_plain_path(root, path):
         raise StoreError(f"{path} is reached through a symlink: the library keeps its own files "
                          "only in plain directories of the root")
-
-
-def replace_durably(path: str | Path, data: bytes, tmp: str | Path) -> None:
-    """Write ``data`` to ``tmp`` (created anew), fsync it and rename it over ``path``: a reader
-    sees the whole file or none of it, never half (fsync ``path``'s directory to keep the name)."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
 
 
 # ---------------------------------------------------------------- the transaction logs' directories

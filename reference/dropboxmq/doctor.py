@@ -41,7 +41,10 @@ from typing import Any, Callable
 
 from .filesystems import RECORD, SUPPORTED, SUPPORTED_WITH_LEASES, UNSAFE, Verdict
 
-__all__ = ["Probes", "probe", "judge", "record", "LOCAL_FILE_SYSTEMS"]
+__all__ = ["Probes", "probe", "judge", "record", "LOCAL_FILE_SYSTEMS", "EXIT_CODES"]
+
+#: ``dropboxmq doctor``'s exit status per verdict (1: the probes could not run; 2: usage).
+EXIT_CODES = {SUPPORTED: 0, SUPPORTED_WITH_LEASES: 3, UNSAFE: 4}
 
 #: File systems that live on this host only: locks are the kernel's, one mount is the whole story.
 LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "jfs",

@@ -1,26 +1,21 @@
-"""Which file system holds a root, and whether the library may use it there.
-
-Asked once when a connection opens (:func:`admit`) and when a registration decides whether a
-free flock proves its owner dead (:func:`flock_trusted`); never on a send, a receive or an
-acknowledge, so it lives apart from the dropbox store.  Both first read the verdict
-``dropboxmq doctor`` recorded in the root (:func:`verdict_for`); the probes that reach a verdict
-are ``doctor.py``'s, which no connection loads.
+"""Which file system holds a root, and whether the library may use it there: asked at connect
+(:func:`admit`) and by a registration (:func:`flock_trusted`), never per message.  Both first read
+the verdict ``dropboxmq doctor`` recorded; its probes are ``doctor.py``'s, which no connection loads.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StoreError
+from .store import read_regular_file
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "flock_crosses_mounts", "file_system_type", "check_file_system",
-           "UnsupportedFileSystemError", "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "EXIT_CODES", "RECORD",
-           "Verdict", "verdict_for", "flock_trusted", "admit"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "file_system_type", "UnsupportedFileSystemError",
+           "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "RECORD", "Verdict", "verdict_for",
+           "flock_trusted", "admit"]
 
 
 class UnsupportedFileSystemError(StoreError):
@@ -40,12 +35,6 @@ FLOCK_ACROSS_MOUNTS = frozenset({
     "overlay", "bcachefs", "nilfs2", "hfsplus", "vfat", "exfat", "ntfs3",
     "glusterfs", "fuse.glusterfs", "fuse.mfs", "fuse.mfsmount", "fuse.moosefs", "moosefs",
 })
-
-
-def flock_crosses_mounts(fs_type: str) -> bool:
-    """Does a free flock on this file system prove that no process on any host holds it (else
-    a client's liveness needs its lease: leases.py)?"""
-    return fs_type in FLOCK_ACROSS_MOUNTS
 
 
 def file_system_type(path: Path) -> str:
@@ -69,25 +58,11 @@ def file_system_type(path: Path) -> str:
     return best_type
 
 
-def check_file_system(path: Path, allow_network: bool) -> None:
-    """Refuse a network file system unless allowed (:func:`admit` first asks for the verdict
-    ``dropboxmq doctor`` recorded: it overrides this check both ways)."""
-    fs_type = file_system_type(path)
-    if fs_type in NETWORK_FILE_SYSTEMS and not allow_network:
-        raise UnsupportedFileSystemError(
-            f"{path} is on a network file system ({fs_type}): rename and listing guarantees are "
-            "weaker there (stale listings, retried renames); qualify it with `dropboxmq doctor`, "
-            "or pass allow_network_fs=True (--allow-network-fs) to use it anyway"
-        )
-
-
 # ---------------------------------------------------------------- the verdict doctor recorded
 
 SUPPORTED = "supported"
 SUPPORTED_WITH_LEASES = "supported with leases"
 UNSAFE = "unsafe"
-#: ``dropboxmq doctor``'s exit status per verdict (1: the probes could not run; 2: usage).
-EXIT_CODES = {SUPPORTED: 0, SUPPORTED_WITH_LEASES: 3, UNSAFE: 4}
 
 RECORD = ".dropboxmq-doctor.json"
 
@@ -98,32 +73,14 @@ class Verdict:
     reasons: tuple[str, ...]   # why not better (unsafe first, then lease needs)
     notes: tuple[str, ...]     # what holds but differs from a local disk
 
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.level]
-
-    def one_line(self) -> str:
-        return f"{self.level}: {self.reasons[0]}" if self.reasons else self.level
-
-
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file (a root may be hostile: no FIFO to block on, no symlink to
-    /dev/zero to read forever)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
 
 def verdict_for(root: Path) -> Verdict | None:
     """The verdict ``dropboxmq doctor`` recorded for ``root``, or None (never probed, unreadable,
     or recorded for another file system type than the one mounted there now)."""
     try:
-        data = json.loads(_read_regular(Path(root) / RECORD, 1 << 20))
-        if data["fs_type"] != file_system_type(Path(root)) or data["level"] not in EXIT_CODES:
+        data = json.loads(read_regular_file(Path(root) / RECORD))  # (a root may be hostile: no FIFO, no symlink)
+        if data["fs_type"] != file_system_type(Path(root)) or \
+                data["level"] not in (SUPPORTED, SUPPORTED_WITH_LEASES, UNSAFE):
             return None
         return Verdict(data["level"], tuple(data["reasons"]), tuple(data["notes"]))
     except (OSError, ValueError, KeyError, TypeError):
@@ -142,18 +99,21 @@ def flock_trusted(root: Path) -> bool:
     if trusted is None:
         verdict = verdict_for(Path(root))
         trusted = verdict.level == SUPPORTED if verdict is not None else \
-            flock_crosses_mounts(file_system_type(Path(root)))
+            file_system_type(Path(root)) in FLOCK_ACROSS_MOUNTS
         _trusted[key] = trusted
     return trusted
 
 
 def admit(root: Path, allow_network: bool) -> None:
     """Open ``root`` only on a file system fit for it: refuse a root ``dropboxmq doctor`` judged
-    unsafe (even when forced: its races are not exclusive), accept one it qualified, and without a
-    verdict leave it to :func:`check_file_system` (an unqualified network file system needs the
-    flag)."""
+    unsafe (even when forced: its races are not exclusive), accept one it qualified; without a
+    verdict an unqualified network file system needs the flag."""
     verdict = verdict_for(root)
-    if verdict is None:
-        check_file_system(root, allow_network)
-    elif verdict.level == UNSAFE:
+    if verdict is not None and verdict.level == UNSAFE:
         raise UnsupportedFileSystemError(f"{root}: judged unsafe by dropboxmq doctor: {verdict.reasons[0]}")
+    if verdict is None and (fs_type := file_system_type(root)) in NETWORK_FILE_SYSTEMS and not allow_network:
+        raise UnsupportedFileSystemError(
+            f"{root} is on a network file system ({fs_type}): rename and listing guarantees are "
+            "weaker there (stale listings, retried renames); qualify it with `dropboxmq doctor`, "
+            "or pass allow_network_fs=True (--allow-network-fs) to use it anyway"
+        )

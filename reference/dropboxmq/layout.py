@@ -10,10 +10,8 @@ from .codec import decode_field
 from .message import Queue
 from .store import Dropbox
 
-__all__ = ["DEFAULT_ROOT", "INTERNAL", "TOPIC_ROOT", "LOG_DIRS", "PENDING_LOG_DIRS", "queue_box", "transaction_dir",
-           "log_owner"]
+__all__ = ["INTERNAL", "TOPIC_ROOT", "LOG_DIRS", "PENDING_LOG_DIRS", "queue_box", "transaction_dir", "log_owner"]
 
-DEFAULT_ROOT = "./var/dropbox"  # without --root / $DROPBOXMQ_ROOT
 INTERNAL = "dropboxmq"
 TOPIC_ROOT = "topic-root"  # L-2: topic a.b.c is <root>/topic-root/a/b/c/
 #: The directories of ``transaction_dir`` every root has: the log states' (``log_lifecycle.LogState``,

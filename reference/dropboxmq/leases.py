@@ -25,12 +25,12 @@ recovery renames its ``processing/<owner>~NAME`` away, so the late ACK finds no 
 fails (session.py).
 
 Where flock does cross mounts (local disks, GlusterFS, MooseFS) a free lock still means dead
-at once (the fast path, ``filesystems.flock_crosses_mounts``): no lease is renewed and this
+at once (the fast path, ``filesystems.flock_trusted``): no lease is renewed and this
 module is never imported; elsewhere (sshfs, SMB, NFS without lockd, an unknown FUSE file system)
 the lease decides.
 
 Pure core: ``Observer`` and ``Renewer`` take their clock; the record's format is the registration's
-(``clients.record``), its I/O ``Renewer``'s ``write`` callable.  :func:`take_over` is what a
+(``clients.Registration``), its I/O ``Renewer``'s ``write`` callable.  :func:`take_over` is what a
 registration does where its flock proves nothing about other hosts.
 """
 

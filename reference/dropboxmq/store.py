@@ -1,8 +1,6 @@
-"""The I/O shell: the only module that creates, renames, reads or deletes message files.  Every
-method that moves a file names its ``Move``; the lifecycle table (``lifecycle.py``) decides the
-source and destination directory, so everything above this module thinks in moves, never in paths.
-Durability: PROTOCOL.md §6; batches sync at once (``groupsync``, then :func:`sync_many`).
-"""
+"""The I/O shell: the only module that creates, renames, reads or deletes message files.  A move
+is named by its ``Move``, the lifecycle table decides its directories: callers think in moves, not
+paths.  Durability: PROTOCOL.md §6."""
 
 from __future__ import annotations
 
@@ -60,7 +58,7 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
 
 
-def _dir_fd(fd: int) -> int | None:
+def _dir_fd(fd: int) -> int | None:  # netfs says None for AT_FDCWD (os takes either: no call on the path)
     return None if fd == _AT_FDCWD else fd
 
 
@@ -79,7 +77,7 @@ class Dropbox:
 
     def __init__(self, path: Path | str, root: Path | str | None = None):
         self.path = Path(path)
-        self.root = None if root is None else Path(root)  # known: dirs.ensure_dropbox makes nothing through a symlink
+        self.root = None if root is None else Path(root)  # known: making.ensure_dropbox makes nothing through a symlink
         self._dirs = {s: os.path.join(self.path, s.value) for s in State if s.value is not None}
         self._plain: set[State] = set()  # state directories seen to be no symlink
         self._fds: dict[State, int] | None = None  # hold_dirs(): state -> fd ({}: not open yet)
@@ -101,8 +99,8 @@ class Dropbox:
 
     # --- held directories (a long-lived consumer's dropbox)
     def hold_dirs(self) -> "Dropbox":
-        """Open the state directories now (fail-at-N counts the same calls from the first claim
-        on) and until :meth:`close`: files are then named in them (no path walk)."""
+        """Open the state directories until :meth:`close`: files are then named in them (no path
+        walk); now, so fail-at-N counts the same calls from the first claim on."""
         self._fds = {}
         self._held()
         return self
@@ -122,25 +120,22 @@ class Dropbox:
         return {**self.__dict__, "_fds": None if self._fds is None else {}}  # fds stay in this process
 
     def _held(self) -> dict[State, int] | None:
-        """The held fds, opened now if need be; None when not held, or when one cannot be opened
-        (a missing directory: the path-based call says what is wrong)."""
-        fds = self._fds
-        if fds is None or fds:
-            return fds
+        """Open the held directories (``_fds`` is {} till then); None when one cannot be opened (a
+        missing directory: the path-based call says what is wrong), tried again at the next use."""
+        fds: dict[State, int] = {}
         try:
             for state, path in self._dirs.items():
                 fds[state] = os.open(path, _O_DIR)
         except OSError:
             for fd in fds.values():
                 os.close(fd)
-            fds.clear()
             return None
+        self._fds = fds
         return fds
 
     def _went_away(self, *states: State) -> bool:
         """Is one of these held directories no longer the one at its path (removed, or moved aside
-        and made again)?  Then they are opened again at the next use.  Asked only when a name was
-        not found, so a lost race costs two stat calls."""
+        and made again)?  Then all are opened again at the next use.  Asked when a name was not found."""
         fds = self._fds
         if not fds:
             return False
@@ -155,7 +150,7 @@ class Dropbox:
                 return True
         return False
 
-    # --- layout (made by dirs.ensure_dropbox)
+    # --- layout (made by making.ensure_dropbox)
     def exists(self) -> bool:
         """All six state directories are real directories (a symlink could lead out of the root)."""
         return is_real_dir(self.path) and all(is_real_dir(d) for d in self._dirs.values())
@@ -205,13 +200,12 @@ class Dropbox:
         """Create ``working/<name>`` exclusively, write it fully (``body`` may be an open regular file,
         copied in chunks), fsync it when durable; on any failure the partial file is removed."""
         next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
-        path = self.file(State.NOT_COMMITTED, name)
         if State.NOT_COMMITTED not in self._plain:
             self._check_plain(State.NOT_COMMITTED)
         try:
             fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
         except OSError as exc:
-            raise store_error("create", path, exc) from exc
+            raise store_error("create", self.file(State.NOT_COMMITTED, name), exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 write_all(fd, body)
@@ -225,7 +219,7 @@ class Dropbox:
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.unlink(path := self.file(State.NOT_COMMITTED, name))
             raise store_error("write", path, exc) from exc
         os.close(fd)
 
@@ -252,7 +246,7 @@ class Dropbox:
             self._check_plain(destination)
         dst_name = new_name or name
         # without renameat2 the fallback goes by path (as the fault harness counts it)
-        fds = (self._fds or self._held()) if noreplace_supported else None
+        fds = (self._fds or self._held()) if noreplace_supported and self._fds is not None else None
         # out of target/ and processing/ others may move the same file: the rename must be exclusive
         shared = source is not State.NOT_COMMITTED
         try:
@@ -283,10 +277,8 @@ class Dropbox:
         return self._at(state, name, read_regular_file)
 
     def _at(self, state: State, name: str, call: Callable[[str, int], _T]) -> _T:
-        """``call(name, fd of state/)`` when held, else ``call(path, AT_FDCWD)``; by path
-        once more when the held directory turns out to have gone away."""
-        fds = self._fds or self._held()
-        if fds is not None:
+        """``call(name, fd of state/)`` when held, else (or when it went away) ``call(path, AT_FDCWD)``."""
+        if self._fds is not None and (fds := self._fds or self._held()) is not None:
             try:
                 return call(name, fds[state])
             except FileNotFoundError:
@@ -308,7 +300,7 @@ def _open_exclusive(path: str, dir_fd: int) -> int:
     """open(O_CREAT|O_EXCL); a refusal is judged by ``netfs.open_refused`` (a network file
     system's EEXIST may be a phantom, its EPERM the EEXIST it means)."""
     try:
-        return os.open(path, _O_CREATE, 0o644, dir_fd=_dir_fd(dir_fd))
+        return os.open(path, _O_CREATE, 0o644, dir_fd=dir_fd)
     except (FileExistsError, PermissionError) as exc:
         from . import netfs
 
@@ -328,7 +320,7 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644, 
 
 def _open_regular_stat(path: str | Path, flags: int, mode: int, dir_fd: int) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=_dir_fd(dir_fd))
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
             raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from exc

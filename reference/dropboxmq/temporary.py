@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import codec, layout, topics
-from .dirs import ensure_dropbox
+from .making import ensure_dropbox
 from .errors import IllegalStateError, InvalidDestinationError
 from .message import (
     Destination,

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Iterator
 from . import codec
 from .errors import IllegalStateError, InvalidDestinationError, JMSException, StoreError
 from .message import Message, Topic, name_bytes
-from .dirs import ensure_dir, ensure_dropbox
+from .dirs import ensure_dir
+from .making import ensure_dropbox
 from .layout import TOPIC_ROOT
 from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_regular_file
 

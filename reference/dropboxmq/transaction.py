@@ -36,7 +36,8 @@ from .errors import IllegalStateError, JMSException, StoreError
 from .lifecycle import Move, State
 from .log_lifecycle import NO_REPLACE, SYNCED, LogMove, LogState, next_log_state
 from .groupsync import sync_files
-from .dirs import is_plain_path, log_names, replace_durably
+from .dirs import is_plain_path, log_names
+from .making import replace_durably
 from .layout import transaction_dir
 from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
 

@@ -45,7 +45,7 @@ from kombu.transport import virtual
 import dropboxmq
 from dropboxmq import (CLIENT_ACKNOWLEDGE, BytesMessage, Connection, DropboxMQError, Message, MessageConsumer, Queue,
                        Session, Settings, TextMessage, Topic)
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.layout import INTERNAL, queue_box
 from dropboxmq.lifecycle import Move, State
 from dropboxmq.bodies import body_of

@@ -121,7 +121,8 @@ from pyspark.sql.types import StructType
 
 from dropboxmq import claims, codec, ids, javanum, layout, producer, topics
 from dropboxmq.clients import Registration
-from dropboxmq.dirs import ensure_dropbox, ensure_layout
+from dropboxmq.dirs import ensure_layout
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
@@ -136,7 +137,7 @@ from dropboxmq.decision import ClaimSettings
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
-from dropboxmq.dirs import replace_durably
+from dropboxmq.making import replace_durably
 from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, sync_many
 from dropboxmq.transaction import (
     LogEntry,

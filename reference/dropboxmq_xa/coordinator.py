@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping
 
 from dropboxmq import codec
 from dropboxmq.errors import DropboxMQError
-from dropboxmq.dirs import replace_durably
+from dropboxmq.making import replace_durably
 from dropboxmq.store import fsync_dir
 from . import DEFAULT_FORMAT_ID
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dropboxmq import layout
-from dropboxmq.dirs import ensure_dropbox
+from dropboxmq.making import ensure_dropbox
 from dropboxmq.lifecycle import STATE_DIRS, State
 from dropboxmq.message import Queue, TextMessage
 

@@ -203,7 +203,8 @@ class FaultyOs:
     def open(self, path, flags, mode=0o777, *, dir_fd=None):
         call = lambda: self._real.open(path, flags, mode, dir_fd=dir_fd)  # noqa: E731
         action = self._plan.decide("open")
-        return call() if action is None else self._fire("open", action, call, path, at=dir_fd is not None)
+        # dir_fd -100 (AT_FDCWD, as the store passes it) is CPython's plain open(), which libfiu wraps
+        return call() if action is None else self._fire("open", action, call, path, at=dir_fd not in (None, -100))
 
     def write(self, fd, data):
         call = lambda: self._real.write(fd, data)  # noqa: E731

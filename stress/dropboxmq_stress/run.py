@@ -254,7 +254,7 @@ def _run_workload(case: Case, root: Path, out: Path, hist: History, scratch: Pat
     w = case.workload
     root.mkdir(parents=True, exist_ok=True)
     from dropboxmq import layout
-    from dropboxmq.dirs import ensure_dropbox
+    from dropboxmq.making import ensure_dropbox
     from dropboxmq.dirs import ensure_layout
 
     ensure_layout(root)

@@ -297,7 +297,7 @@ def op_distribute(root: Path, scale: Scale, start: StartRecording) -> Expect:
     from dropboxmq.lifecycle import Move, State
     from dropboxmq.message import Topic
     from dropboxmq.connection import Connection
-    from dropboxmq.dirs import ensure_dropbox
+    from dropboxmq.making import ensure_dropbox
     from dropboxmq.store import sync_many
 
     topic = Topic("t")
