@@ -26,7 +26,7 @@ __all__ = [
     "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
     "now_ms", "encode_field", "decode_field", "encode_properties", "decode_properties", "split_name",
     "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count", "name_delivery_count",
-    "processing_name", "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key",
+    "processing_name", "claim_as", "split_processing_name", "temporary_owner", "sort_key",
     "key_priority",
 ]
 
@@ -350,7 +350,15 @@ def name_delivery_count(name: str) -> int:
 def processing_name(client_id: str, name: str) -> str:
     """``enc(client_id) + "~" + name``, or ``name`` when that exceeds 255 bytes (as 1.2)."""
     pname = _processing_prefix(client_id) + name
-    return name if _name_bytes(pname) > MAX_NAME_BYTES else pname
+    return name if (len(pname) if pname.isascii() else _name_bytes(pname)) > MAX_NAME_BYTES else pname
+
+
+def claim_as(client_id: str, name: str, claimed: str) -> str | None:
+    """The processing/ name that claims ``target/<name>`` as ``claimed`` (stamped with this
+    delivery's count, which always changes a name in target/ unless there is no room); None
+    when there is no room for the count or the owner prefix: an alias claim (claims.py)."""
+    pname = processing_name(client_id, claimed)
+    return None if pname == claimed or claimed == name else pname
 
 
 @functools.lru_cache(maxsize=64)
@@ -372,18 +380,6 @@ def split_processing_name(pname: str) -> tuple[str | None, str]:
 
 #: what follows the owner's "~" in an alias claim (claims.py): never an encoded field's first character
 ALIAS_MARK = "#"
-
-
-def needs_alias(client_id: str, name: str, claimed: str) -> bool:
-    """Can ``target/<name>`` not be claimed as ``<enc(client_id)>~<claimed>`` (``claimed``: stamped
-    with this delivery's count, which always changes a name in target/ unless there is no room)?"""
-    return claimed == name or processing_name(client_id, claimed) == claimed
-
-
-def alias_inode(pname: str) -> int | None:
-    """The inode an alias claim names, or None for an ordinary processing/ name."""
-    rest = split_processing_name(pname)[1]
-    return int(rest[1:]) if rest[:1] == ALIAS_MARK and rest[1:].isdigit() else None
 
 
 #: a temporary destination's name (temporary.py): the prefix, its connection's client id, a random part

@@ -132,7 +132,7 @@ from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
-from dropboxmq.decision import ClaimSettings
+from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
@@ -1291,8 +1291,9 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         claimed: list[str] = []
         planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
         while len(names) < cap and (name := claimer.next()) is not None:
-            decision = claimer.verdict(name)  # the claim step's verdict: a move, or the name set aside
-            if decision is None:
+            decision = decide(name, claimer.clock(), claimer.policy)  # the claim step's verdict
+            if decision.verdict is not Verdict.CLAIM:
+                claimer.set_aside(name, decision)  # a move, or the name held back or skipped
                 continue
             header, stamped = decision.header, decision.claimed_name
             mid = header.message_id if header is not None else None
@@ -1304,7 +1305,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # mostly one the claim step set aside; a rival's claim renames it)
             claimer.skip.add(name)
             names.append(name)
-            claimed.append("" if codec.needs_alias(client, name, stamped) else codec.processing_name(client, stamped))
+            claimed.append(codec.claim_as(client, name, stamped) or "")
         return names, claimed
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
