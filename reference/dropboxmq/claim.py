@@ -53,7 +53,6 @@ class Claimer:
         self.keys: dict[str, int] = {}  # codec.sort_key of every listed name: a relisting keys the new ones
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
-        self.only: set[str] | None = None  # set: no other name is tried (a Spark availableNow run)
         self.registered: frozenset[int] = frozenset()  # inodes of the claim register (Dropbox.register_inodes)
 
     def hold_back(self, name: str, until: int) -> None:
@@ -116,11 +115,11 @@ class Claimer:
             order = order + fresh if order else fresh
             order.sort(key=keys.__getitem__)
         self._order = order
-        skip, only = self.skip, self.only
+        skip = self.skip
         if skip:
             skip &= keys.keys()
-        if skip or only is not None:
-            order = [n for n in order if n not in skip and (only is None or n in only)]
+        if skip:
+            order = [n for n in order if n not in skip]
         self.walk, self._pos = order, 0
         listed_at = self.monotonic()
         self._fresh_until = listed_at + max(self.scan_interval, 10 * (listed_at - started))

@@ -1183,6 +1183,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._registration: Registration | None = None
         self._last_recovery = -1e9
         self._claimer: Claimer | None = None  # the claim step, the consumer's (made with the registration)
+        self._only: set[str] | None = None  # availableNow: the names in target/ when the run started
         self._spark_committed: int | None = None  # the last batch of commits/ already acknowledged
         self._planned: set[int] = set()  # manifests this run wrote (others are replays: redelivered)
 
@@ -1257,8 +1258,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
         assert self._claimer is not None
-        self._claimer.only = set(self.box.list(State.NEW))
-        self._claimer.invalidate()
+        self._only = set(self.box.list(State.NEW))
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()
@@ -1291,6 +1291,9 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         claimed: list[str] = []
         planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
         while len(names) < cap and (name := claimer.next()) is not None:
+            if self._only is not None and name not in self._only:
+                claimer.skip.add(name)  # arrived after an availableNow run started: the next run's
+                continue
             decision = decide(name, claimer.clock(), claimer.policy)  # the claim step's verdict
             if decision.verdict is not Verdict.CLAIM:
                 claimer.set_aside(name, decision)  # a move, or the name held back or skipped
