@@ -58,8 +58,10 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: are declared) and a property pair is encoded through one cached function (was three): 2,840;
 #: up, once: the Spark source's plan had copied the claim step's verdict handling and its release
 #: of held-back names; both are Claimer methods (verdict, release_due) that it and try_claim /
-#: claim_next call: 2,852.
-CEILING = 2852
+#: claim_next call: 2,852; (session 14) codec.claim_as replaced needs_alias and the alias reading
+#: moved to claims.py, Claimer.verdict became set_aside, the Spark-only availableNow filter left the
+#: Claimer, codec's N-2 docstrings point at PROTOCOL.md: 2,842.
+CEILING = 2842
 
 
 def _type_checking(node: ast.stmt) -> bool:
