@@ -117,7 +117,7 @@ class Claimer:
         self._order = order
         skip = self.skip
         if skip:
-            skip &= keys.keys()
+            skip.intersection_update(keys.keys())  # (``&=`` would bind a new set: self.skip kept growing)
         if skip:
             order = [n for n in order if n not in skip]
         self.walk, self._pos = order, 0
