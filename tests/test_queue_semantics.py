@@ -61,6 +61,24 @@ def test_auto_ack_after_receive_returns(root):
         assert counts(root, "Q1") == dict(working=0, target=0, processing=0, processed=1, expired=0, error=0)
 
 
+def test_a_selective_consumer_forgets_the_misses_that_left_target(root):
+    """The names a consumer's selector rejected are remembered only while they stay in target/:
+    a long-running selective consumer does not grow with every message that others consume."""
+    with Connection(root, "a", FAST, create=True) as c:
+        s = c.create_session()
+        p = s.create_producer(c.create_queue("Q1"))
+        for keep in (False, True):
+            m = TextMessage("x")
+            m.set_property("keep", keep)
+            p.send(m)
+        picky = s.create_consumer(Q, "keep = TRUE")
+        assert picky.receive(0) is not None
+        assert len(picky.claimer.skip) == 1  # the miss, while it is in target/
+        assert s.create_consumer(Q).receive(0) is not None  # another consumer takes it
+        assert picky.receive(0) is None  # the walk ended: target/ is listed again
+        assert picky.claimer.skip == set()
+
+
 def test_auto_listener_acked_after_on_message_returns(root):
     seen_during: list[tuple[list, list]] = []
     done = threading.Event()

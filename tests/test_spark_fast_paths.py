@@ -253,6 +253,32 @@ def test_log_entries_are_written_as_json_dumps_writes_them_and_read_back_in_one_
             read_log(path)
 
 
+def test_an_available_now_run_plans_only_what_target_held_when_it_started(tmp_path):
+    """prepareForTriggerAvailableNow: the run drains the backlog it found; a message sent after it
+    started waits for the next run (else a steady producer keeps the run from ending)."""
+    from dropboxmq_spark import DropboxMQStreamReader
+
+    root = tmp_path / "root"
+    with Connection(root, "p", create=True) as conn:
+        p = conn.create_session().create_producer(conn.create_queue("q"))
+        for i in range(3):
+            p.send(TextMessage(f"old{i}"))
+        reader = DropboxMQStreamReader({"root": str(root), "path": "q", "checkpointLocation": str(tmp_path / "ck"),
+                                        "maxMessagesPerTrigger": "2"})
+        try:
+            offsets = [reader.initialOffset()]
+            reader.prepareForTriggerAvailableNow()
+            p.send(TextMessage("late"), priority=9)  # first in delivery order, but after the start
+            texts: list[str] = []
+            while (end := reader.latestOffset(offsets[-1], None)) != offsets[-1]:
+                texts += [r[16] for part in reader.partitions(offsets[-1], end) for r in reader.read(part)]
+                offsets.append(end)
+        finally:
+            reader.stop()
+    assert sorted(texts) == ["old0", "old1", "old2"]
+    assert len(layout.queue_box(root, Queue("q")).list(State.NEW)) == 1  # "late": the next run's
+
+
 def test_a_micro_batch_holds_at_most_the_default_read_limit_unless_told(tmp_path):
     """Without maxMessagesPerTrigger a micro-batch claims at most DEFAULT_MESSAGES_PER_TRIGGER
     (the claims in flight and the manifest stay bounded); "0" lifts the limit, a number sets it."""

@@ -53,7 +53,6 @@ class Claimer:
         self.keys: dict[str, int] = {}  # codec.sort_key of every listed name: a relisting keys the new ones
         self._order: list[str] = []  # every name of the last listing, in delivery order
         self.skip: set[str] = set()  # names this consumer must not try again (selector, poison)
-        self.only: set[str] | None = None  # set: no other name is tried (a Spark availableNow run)
         self.registered: frozenset[int] = frozenset()  # inodes of the claim register (Dropbox.register_inodes)
 
     def hold_back(self, name: str, until: int) -> None:
@@ -116,11 +115,11 @@ class Claimer:
             order = order + fresh if order else fresh
             order.sort(key=keys.__getitem__)
         self._order = order
-        skip, only = self.skip, self.only
+        skip = self.skip
         if skip:
-            skip &= keys.keys()
-        if skip or only is not None:
-            order = [n for n in order if n not in skip and (only is None or n in only)]
+            skip.intersection_update(keys.keys())  # (``&=`` would bind a new set: self.skip kept growing)
+        if skip:
+            order = [n for n in order if n not in skip]
         self.walk, self._pos = order, 0
         listed_at = self.monotonic()
         self._fresh_until = listed_at + max(self.scan_interval, 10 * (listed_at - started))
@@ -138,19 +137,14 @@ class Claimer:
                 return name
         return None
 
-    def verdict(self, name: str, attempted: int = 0) -> Decision | None:
-        """decide's verdict on ``name``: the decision when it is a claim; otherwise its move
-        (expire), holding back or setting aside is done, and None."""
-        decision = decide(name, self.clock(), self.policy, attempted)
-        if decision.verdict is Verdict.CLAIM:
-            return decision
+    def set_aside(self, name: str, decision: Decision) -> None:
+        """Execute a verdict other than CLAIM on ``name``: expire it, hold it back, or skip it."""
         if decision.verdict is Verdict.EXPIRE:
             self.box.move(Move.EXPIRE, State.NEW, name)
         elif decision.verdict is Verdict.DEFER:
             self.hold_back(name, decision.until)
         else:  # SKIP: a name never changes, it will never match
             self.skip.add(name)
-        return None
 
     def try_claim(self, name: str) -> Claim | None:
         """Execute decide's verdict on ``name``: the claim, or None.  StoreError for a full or
@@ -161,20 +155,20 @@ class Claimer:
             from . import claims
 
             entry = claims.lookup(box, State.NEW, name, self.registered)
-        decision = self.verdict(name, 0 if entry is None else entry.count)
-        if decision is None:
+        decision = decide(name, self.clock(), self.policy, 0 if entry is None else entry.count)
+        if decision.verdict is not Verdict.CLAIM:
+            self.set_aside(name, decision)
             return None
         _, header, count, claimed, _, dead_letter = decision
         try:
-            if entry is None and not codec.needs_alias(self.client_id, name, claimed):
-                pname: str | None = codec.processing_name(self.client_id, claimed)
-            else:
+            pname = codec.claim_as(self.client_id, name, claimed) if entry is None else None
+            if pname is None:
                 from . import claims  # no room for the count in the name, or a count in the register
 
                 pname = claims.claim_name(box, self.client_id, name, claimed, count, entry is not None)
-            if pname is None:
-                self.invalidate()  # the next walk lists the register again and reads the count
-                return None
+                if pname is None:
+                    self.invalidate()  # the next walk lists the register again and reads the count
+                    return None
             if not pname or not box.move(Move.CLAIM, State.NEW, name, pname):
                 self.lost_race()
                 return None  # lost the race: normal, silent
@@ -184,7 +178,7 @@ class Claimer:
             log.warning("cannot claim %s, skipping it: %s", name, exc)
             self.skip.add(name)
             return None
-        if entry is not None and codec.alias_inode(pname) is None:  # the count is in the name now
+        if entry is not None and claims.alias_inode(pname) is None:  # the count is in the name now
             claims.forget(box, os.lstat(box.file(State.DELIVERED, pname)).st_ino)
         if dead_letter:
             log.warning("%s delivered %d times: dead-lettered to error/",
@@ -192,12 +186,16 @@ class Claimer:
             finish(box, Move.DEAD_LETTER, pname)
             return None
         assert header is not None  # decide() decodes every name it claims
-        return Claim(pname, claimed, header)
+        return _make_claim(Claim, (pname, claimed, header))
+
+
+#: Claim(...) runs NamedTuple's generated __new__, a Python call: one is made per message
+_make_claim = tuple.__new__
 
 
 def finish(box: Dropbox, move: Move, pname: str) -> bool:
     """ACK, DEAD_LETTER or EXPIRE the claim ``processing/<pname>`` (an alias: claims.finish)."""
-    if codec.alias_inode(pname) is None:
+    if codec.ALIAS_MARK not in pname:  # (no alias: no split of the name)
         return box.move(move, State.DELIVERED, pname)
     from . import claims
 

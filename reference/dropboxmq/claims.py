@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from .consumer import Delivery
 
 __all__ = [
-    "Entry", "alias_name", "lookup", "remember", "forget", "original_name", "claim_name", "finish", "sweep_stale",
-    "acked_before",
+    "Entry", "alias_name", "alias_inode", "lookup", "remember", "forget", "original_name", "claim_name", "finish",
+    "sweep_stale", "acked_before",
 ]
 
 log = logging.getLogger("dropboxmq")
@@ -70,6 +70,12 @@ def _register(box: Dropbox) -> Path:
 
 def alias_name(client_id: str, inode: int) -> str:
     return f"{codec.encode_field(client_id)}~{codec.ALIAS_MARK}{inode}"
+
+
+def alias_inode(pname: str) -> int | None:
+    """The inode an alias claim names, or None for an ordinary processing/ name."""
+    rest = codec.split_processing_name(pname)[1]
+    return int(rest[1:]) if rest[:1] == codec.ALIAS_MARK and rest[1:].isdigit() else None
 
 
 def _read(box: Dropbox, inode: int) -> Entry | None:
@@ -149,7 +155,7 @@ def sweep_stale(box: Dropbox, cutoff: float) -> int:
 
 def original_name(box: Dropbox, pname: str) -> str | None:
     """The message name an alias claim stands for (None: no alias, or no entry for it)."""
-    inode = codec.alias_inode(pname)
+    inode = alias_inode(pname)
     if inode is None:
         return None
     entry = _read(box, inode)
@@ -162,8 +168,9 @@ def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int
     the name is gone (claimed by someone else meanwhile).  ``counted``: the decision read the
     register's entry for this name; if it did not and an entry turns up, None (decide again).
     StoreError when the entry cannot be written."""
-    if not codec.needs_alias(client_id, name, claimed):
-        return codec.processing_name(client_id, claimed)
+    pname = codec.claim_as(client_id, name, claimed)
+    if pname is not None:
+        return pname
     try:
         st = os.lstat(box.file(State.NEW, name))
         if not counted:
@@ -181,7 +188,7 @@ def claim_name(box: Dropbox, client_id: str, name: str, claimed: str, count: int
 def finish(box: Dropbox, move: Move, pname: str) -> bool:
     """ACK, DEAD_LETTER or EXPIRE the claim ``processing/<pname>``: an alias ends under its
     message's own name (and its entry is forgotten), any other name as it is."""
-    inode = codec.alias_inode(pname)
+    inode = alias_inode(pname)
     entry = None if inode is None else _read(box, inode)
     if entry is None:
         return box.move(move, State.DELIVERED, pname)
@@ -209,7 +216,7 @@ def acked_after_all(box: Dropbox, pname: str, original: str) -> bool:
     RENAME whose reply was lost and answers the retry ENOENT.)  Then the message is in processed/
     under the name the ACK gives it: the claim's own name ``pname``, or for an alias claim its
     message's name ``original`` with the alias's inode."""
-    inode = codec.alias_inode(pname)
+    inode = alias_inode(pname)
     try:
         if inode is None:
             os.lstat(box.file(State.ACKNOWLEDGED, pname))

@@ -1,13 +1,11 @@
 """The codec: DropboxMQ 1.2's file-name grammar (spec/PROTOCOL.md section 2, N-1..N-9), pure.
 A name is parsed in one place (:func:`split_name`); one producer's names differ in priority and id
-only, so a tail is read and stamped once (:func:`_read_tail`, :func:`_stamped_tail`).
+only, so a tail is read and stamped once (:func:`_read_tail`).
 
-[ours] An unknown class letter reads as Bytes (N-8): only Bytes carries a foreign file unchanged.
-Reply-to is ``Q``/``T`` + name as 1.2's code reads it (the seed's ``TestQueue1`` is the topic
-``estQueue1``), else a queue of the whole text.  A bad expiration reads as 0, a malformed pair is
-skipped, an unknown type letter or a value that does not parse reads as a String.  A count read
-from a claim (``claimed``) is delivery ``n``, as 1.2's consumer reported for the fixtures (N-7,
-``trace_rules.COUNT_RULES``).
+[ours] Reply-to is ``Q``/``T`` + name as 1.2's code reads it (the seed's ``TestQueue1`` is the
+topic ``estQueue1``), else a queue of the whole text.  A bad expiration reads as 0, a malformed
+pair is skipped, an unknown type letter or a value that does not parse reads as a String.  A
+count read from a claim is delivery ``n``, as 1.2's consumer reported (``trace_rules.COUNT_RULES``).
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ __all__ = [
     "DELIVERY_COUNT", "MAX_NAME_BYTES", "DELIVERY_TIME_PROP", "DELIVERY_MODE_PROP", "ALIAS_MARK", "TEMP_PREFIX",
     "now_ms", "encode_field", "decode_field", "encode_properties", "decode_properties", "split_name",
     "from_wire", "claim_reading", "encode_name", "to_wire", "with_delivery_count", "name_delivery_count",
-    "processing_name", "split_processing_name", "needs_alias", "alias_inode", "temporary_owner", "sort_key",
+    "processing_name", "claim_as", "split_processing_name", "temporary_owner", "sort_key",
     "key_priority",
 ]
 
@@ -54,9 +52,8 @@ _PCT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
 
 
 def encode_field(s: str) -> str:
-    """Java's ``URLEncoder.encode(s, "UTF-8")``, then ``.`` -> ``%2E``.  Lone surrogates
-    ``\\udc80``-``\\udcff`` (``os.listdir``'s undecodable bytes) are written as their byte;
-    any other raises :class:`MessageFormatError`."""
+    """N-2's escape.  A lone surrogate ``\\udc80``-``\\udcff`` (an undecodable byte from
+    ``os.listdir``) is written as its byte; any other raises :class:`MessageFormatError`."""
     if not isinstance(s, str):
         raise MessageFormatError(f"can only encode str, not {type(s).__name__}")
     if s.isascii():
@@ -69,8 +66,7 @@ def encode_field(s: str) -> str:
 
 
 def decode_field(s: str) -> str:
-    """``+`` -> space, each run of ``%XX`` -> UTF-8; never raises: an invalid ``%`` stays as it
-    is, invalid UTF-8 becomes U+FFFD (as Java's decoder does)."""
+    """N-2's decoding; never raises: invalid UTF-8 becomes U+FFFD (as Java's decoder does)."""
     if "+" in s:
         s = s.replace("+", " ")
     if "%" in s:
@@ -168,7 +164,7 @@ def _class_for(letter: str) -> type[Message]:
         return Message
     from .bodies import message_for_letter  # (non-text bodies)
 
-    return message_for_letter(letter if letter in CLASS_LETTERS else "B")  # [ours] see the module's docstring
+    return message_for_letter(letter if letter in CLASS_LETTERS else "B")  # N-8: Bytes carries it unchanged
 
 
 def _reply_to(text: str) -> Queue | Topic | None:
@@ -350,7 +346,15 @@ def name_delivery_count(name: str) -> int:
 def processing_name(client_id: str, name: str) -> str:
     """``enc(client_id) + "~" + name``, or ``name`` when that exceeds 255 bytes (as 1.2)."""
     pname = _processing_prefix(client_id) + name
-    return name if _name_bytes(pname) > MAX_NAME_BYTES else pname
+    return name if (len(pname) if pname.isascii() else _name_bytes(pname)) > MAX_NAME_BYTES else pname
+
+
+def claim_as(client_id: str, name: str, claimed: str) -> str | None:
+    """The processing/ name that claims ``target/<name>`` as ``claimed`` (stamped with this
+    delivery's count, which always changes a name in target/ unless there is no room); None
+    when there is no room for the count or the owner prefix: an alias claim (claims.py)."""
+    pname = processing_name(client_id, claimed)
+    return None if pname == claimed or claimed == name else pname
 
 
 @functools.lru_cache(maxsize=64)
@@ -372,18 +376,6 @@ def split_processing_name(pname: str) -> tuple[str | None, str]:
 
 #: what follows the owner's "~" in an alias claim (claims.py): never an encoded field's first character
 ALIAS_MARK = "#"
-
-
-def needs_alias(client_id: str, name: str, claimed: str) -> bool:
-    """Can ``target/<name>`` not be claimed as ``<enc(client_id)>~<claimed>`` (``claimed``: stamped
-    with this delivery's count, which always changes a name in target/ unless there is no room)?"""
-    return claimed == name or processing_name(client_id, claimed) == claimed
-
-
-def alias_inode(pname: str) -> int | None:
-    """The inode an alias claim names, or None for an ordinary processing/ name."""
-    rest = split_processing_name(pname)[1]
-    return int(rest[1:]) if rest[:1] == ALIAS_MARK and rest[1:].isdigit() else None
 
 
 #: a temporary destination's name (temporary.py): the prefix, its connection's client id, a random part

@@ -278,7 +278,7 @@ def _give_back(box: Dropbox, pname: str, original: str) -> int:
     from .transaction import drop_interrupted_link
 
     try:
-        if codec.alias_inode(pname) is not None:
+        if claims.alias_inode(pname) is not None:
             name = claims.original_name(box, pname)
             if name is None:
                 log.warning("claim %s of %s has no register entry: dead-lettered", pname, box.path)

@@ -446,7 +446,7 @@ def _apply(root: Path, entries: Iterable[Applicable], commit: bool, after_crash:
             box.move(Move.DISCARD, State.NOT_COMMITTED, e.at)
             touched.append((box, State.NOT_COMMITTED))
         elif commit:
-            if codec.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
+            if claims.alias_inode(e.at) is not None:  # a claim under an alias ends under its own name
                 claims.finish(box, Move.ACK, e.at)
             else:
                 box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)

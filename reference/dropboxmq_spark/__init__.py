@@ -133,7 +133,7 @@ from dropboxmq.values import Property
 from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
-from dropboxmq.decision import ClaimSettings
+from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.log_lifecycle import LogMove, LogState
 from dropboxmq.groupsync import sync_files
@@ -1184,6 +1184,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._registration: Registration | None = None
         self._last_recovery = -1e9
         self._claimer: Claimer | None = None  # the claim step, the consumer's (made with the registration)
+        self._only: set[str] | None = None  # availableNow: the names in target/ when the run started
         self._spark_committed: int | None = None  # the last batch of commits/ already acknowledged
         self._planned: set[int] = set()  # manifests this run wrote (others are replays: redelivered)
 
@@ -1258,8 +1259,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         report no new data, so that the run ends; later arrivals wait for the next run."""
         self._ensure_registered()
         assert self._claimer is not None
-        self._claimer.only = set(self.box.list(State.NEW))
-        self._claimer.invalidate()
+        self._only = set(self.box.list(State.NEW))
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         self._ensure_registered()
@@ -1292,8 +1292,12 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         claimed: list[str] = []
         planned_ids: set[str] = set()  # a listing taken during the plan may show a message again, renamed
         while len(names) < cap and (name := claimer.next()) is not None:
-            decision = claimer.verdict(name)  # the claim step's verdict: a move, or the name set aside
-            if decision is None:
+            if self._only is not None and name not in self._only:
+                claimer.skip.add(name)  # arrived after an availableNow run started: the next run's
+                continue
+            decision = decide(name, claimer.clock(), claimer.policy)  # the claim step's verdict
+            if decision.verdict is not Verdict.CLAIM:
+                claimer.set_aside(name, decision)  # a move, or the name held back or skipped
                 continue
             header, stamped = decision.header, decision.claimed_name
             mid = header.message_id if header is not None else None
@@ -1305,7 +1309,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # mostly one the claim step set aside; a rival's claim renames it)
             claimer.skip.add(name)
             names.append(name)
-            claimed.append("" if codec.needs_alias(client, name, stamped) else codec.processing_name(client, stamped))
+            claimed.append(codec.claim_as(client, name, stamped) or "")
         return names, claimed
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
