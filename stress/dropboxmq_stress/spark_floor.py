@@ -183,21 +183,14 @@ def breakdown(spark: Any, tmp: str, kind: str, k: int) -> dict[str, Any]:
             for key, ms in p.durationMs.items():
                 phases[key] = phases.get(key, 0) + ms
         out["trigger_ms"] = phases
-    if kind == "python":
+    if kind in ("python", "dropboxmq"):  # the source runner: a fresh Python process per query
         marks = [json.loads(line) for line in Path(log).read_text().splitlines()]
-        reader = next(m for m in marks if m["what"] == "reader")
-        # the source runner: a fresh Python process per query (PythonStreamingSourceRunner)
-        out["runner_started_at"] = round(reader["t"] - reader["age"] - t0, 2)
-        out["runner_age_at_reader"] = round(reader["age"], 2)
-        out["runner_cpu_at_reader"] = round(reader["cpu"], 2)
-        out["calls"] = [(m["what"], round(m["t"] - t0, 3)) for m in marks]
-    elif kind == "dropboxmq":
-        notes = [json.loads(line) for line in Path(log).read_text().splitlines()]
-        init = next(m for m in notes if m["what"] == "init")
-        out["runner_started_at"] = round(init["t"] - init["age"] - t0, 2)
-        out["runner_age_at_reader"] = round(init["age"], 2)
-        out["runner_cpu_at_reader"] = round(init["process_cpu"], 2)
-        out["calls"] = [(m["what"], round(m["t"] - t0, 3), round(m["wall"], 3)) for m in notes]
+        made = next(m for m in marks if m["what"] == ("reader" if kind == "python" else "init"))
+        out["runner_started_at"] = round(made["t"] - made["age"] - t0, 2)
+        out["runner_age_at_reader"] = round(made["age"], 2)
+        out["runner_cpu_at_reader"] = round(made["cpu" if kind == "python" else "process_cpu"], 2)
+        out["calls"] = [(m["what"], round(m["t"] - t0, 3), *([round(m["wall"], 3)] if "wall" in m else []))
+                        for m in marks]
     return out
 
 
