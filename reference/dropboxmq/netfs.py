@@ -4,7 +4,7 @@ says.  Every network file system measured answers EINVAL to renameat2 (``store``
 the first move and comes here from then on); a local disk never does, so a send, a receive and
 an acknowledge there never import this module.
 
-Directory fds are given as ``os`` takes them (None: the names are paths).
+Directory fds are given as ``os`` takes them (``AT_FDCWD``: the names are paths).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import errno
 import os
 from typing import NoReturn
 
-__all__ = ["exists", "link_rename", "checked_rename", "open_refused"]
+__all__ = ["AT_FDCWD", "exists", "link_rename", "checked_rename", "open_refused"]
+
+AT_FDCWD = -100  # (Linux) os's default dir_fd: a name is a path
 
 
-def exists(path: str, dir_fd: int | None) -> bool:
+def exists(path: str, dir_fd: int) -> bool:
     try:
         os.lstat(path, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -25,7 +27,7 @@ def exists(path: str, dir_fd: int | None) -> bool:
     return True
 
 
-def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
+def link_rename(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
     """``store.rename_noreplace`` without renameat2, for a source nobody else moves: link() +
     unlink().  Never replaces either, and a crash between the two leaves both names on one
     inode, which recovery resolves (same inode in working/ and target/ = sent).  The unlink is
@@ -65,7 +67,7 @@ def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(dst, dir_fd=dst_dir_fd)  # someone moved the source: ours is a second name
         raise
-    fd = src_dir_fd if src_dir_fd is not None else \
+    fd = src_dir_fd if src_dir_fd != AT_FDCWD else \
         os.open(os.path.dirname(os.fsdecode(src)) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -74,14 +76,14 @@ def link_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | No
             os.close(fd)
 
 
-def _dir_there(dst: str, dir_fd: int | None) -> bool:
+def _dir_there(dst: str, dir_fd: int) -> bool:
     try:  # (a removed directory has no links left)
-        return (os.fstat(dir_fd) if dir_fd is not None else os.stat(os.path.dirname(dst) or ".")).st_nlink > 0
+        return (os.fstat(dir_fd) if dir_fd != AT_FDCWD else os.stat(os.path.dirname(dst) or ".")).st_nlink > 0
     except OSError:
         return False
 
 
-def checked_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
+def checked_rename(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
     """rename() after checking that ``dst`` is free: FileExistsError if it is not.
 
     ``store.rename_noreplace(shared=True)`` without renameat2 (a source other processes may be moving too):
@@ -98,7 +100,7 @@ def checked_rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int |
     os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
-def _taken(src: str, dst: str, src_dir_fd: int | None) -> NoReturn:
+def _taken(src: str, dst: str, src_dir_fd: int) -> NoReturn:
     """``dst`` was seen to exist: FileExistsError, or FileNotFoundError if ``src`` is gone too, as
     renameat2 answers (ENOENT before EEXIST): a lost race, not a name taken.  A consumer whose
     claim lost to another of its connection's sessions finds its own processing/ name made by
@@ -108,7 +110,7 @@ def _taken(src: str, dst: str, src_dir_fd: int | None) -> NoReturn:
     raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst) from None
 
 
-def open_refused(path: str, dir_fd: int | None, flags: int, exc: OSError) -> int:
+def open_refused(path: str, dir_fd: int, flags: int, exc: OSError) -> int:
     """An open(O_CREAT|O_EXCL) of ``path`` answered ``exc`` (EEXIST or EPERM), where an EEXIST
     must be a file that exists: GlusterFS answered EEXIST to both of two racing creates and left
     no file, so a phantom EEXIST is tried again (three opens in all); a losing create's EPERM

@@ -55,11 +55,7 @@ def rename_noreplace(src: str, dst: str, src_dir_fd: int = _AT_FDCWD, dst_dir_fd
     from . import netfs  # (no renameat2 here: a network file system)
 
     rename = netfs.checked_rename if shared else netfs.link_rename
-    rename(src, dst, _dir_fd(src_dir_fd), _dir_fd(dst_dir_fd))
-
-
-def _dir_fd(fd: int) -> int | None:  # netfs says None for AT_FDCWD (os takes either: no call on the path)
-    return None if fd == _AT_FDCWD else fd
+    rename(src, dst, src_dir_fd, dst_dir_fd)
 
 
 def fsync_dir(path: str) -> None:
@@ -304,7 +300,7 @@ def _open_exclusive(path: str, dir_fd: int) -> int:
     except (FileExistsError, PermissionError) as exc:
         from . import netfs
 
-        return netfs.open_refused(path, _dir_fd(dir_fd), _O_CREATE, exc)
+        return netfs.open_refused(path, dir_fd, _O_CREATE, exc)
 
 
 class NotARegularFile(OSError):
