@@ -181,11 +181,9 @@ class Claimer:
         if entry is not None and claims.alias_inode(pname) is None:  # the count is in the name now
             claims.forget(box, os.lstat(box.file(State.DELIVERED, pname)).st_ino)
         if dead_letter:
-            log.warning("%s delivered %d times: dead-lettered to error/",
-                        header.message_id if header is not None else name, count - 1)
+            log.warning("%s delivered %d times: dead-lettered to error/", header.message_id, count - 1)
             finish(box, Move.DEAD_LETTER, pname)
             return None
-        assert header is not None  # decide() decodes every name it claims
         return _make_claim(Claim, (pname, claimed, header))
 
 

@@ -282,8 +282,7 @@ _NON_PERSISTENT = Property("I", int(DeliveryMode.NON_PERSISTENT))
 
 def to_wire(msg: Message) -> str:
     """The file name for ``msg``, the headers 1.2 has no field for as provider properties."""
-    extra = dict(msg.properties)
-    extra.pop(DELIVERY_COUNT, None)
+    extra = dict(msg.properties)  # (a JMSXDeliveryCount in it: encode_properties drops it at count 1)
     if msg.delivery_time and msg.delivery_time > msg.timestamp:
         extra[DELIVERY_TIME_PROP] = Property("L", msg.delivery_time)
     if msg.delivery_mode == DeliveryMode.NON_PERSISTENT:

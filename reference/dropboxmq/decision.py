@@ -34,7 +34,7 @@ class ClaimSettings:
 
 class Decision(NamedTuple):  # a tuple, not a dataclass: one is made per name tried
     verdict: Verdict
-    header: Message | None = None  # the decoded name (always set for CLAIM)
+    header: Message  # the decoded name
     delivery_count: int = 1  # CLAIM: the delivery this claim makes
     claimed_name: str = ""  # CLAIM: the name with ``delivery_count`` stamped (what processing/ holds after the prefix)
     until: int = 0  # DEFER: ms since the epoch

@@ -1300,7 +1300,7 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 claimer.set_aside(name, decision)  # a move, or the name held back or skipped
                 continue
             header, stamped = decision.header, decision.claimed_name
-            mid = header.message_id if header is not None else None
+            mid = header.message_id
             if mid is not None:
                 if mid in planned_ids:
                     continue  # (offered again at the next listing)

@@ -116,7 +116,7 @@ def _store(box_path: str) -> int:
     try:
         for name in sorted(box.list(State.NEW), key=codec.sort_key):
             d = decide(name, 0, settings)
-            assert d.verdict is Verdict.CLAIM and d.header is not None, name
+            assert d.verdict is Verdict.CLAIM, name
             pname = codec.processing_name(_CLIENT, d.claimed_name)
             box.move(Move.CLAIM, State.NEW, name, pname)
             d.header.body = box.read(State.DELIVERED, pname)
