@@ -79,16 +79,6 @@ class Claimer:
         if due:
             self.invalidate()
 
-    def claim_next(self) -> Delivery | None:
-        """Try names in order until one claim succeeds; None when target/ has nothing for us."""
-        if self.deferred:
-            self.release_due()
-        while (name := self.next()) is not None:
-            claim = self.try_claim(name)
-            if claim is not None:
-                return claim
-        return None
-
     def invalidate(self) -> None:
         self.walk, self._pos = [], 0
 

@@ -132,13 +132,18 @@ class MessageConsumer:
         self.close()
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
-        """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
+        """Claim names in the claimer's order until one's body reads (or opens); an unreadable one
+        is quarantined.  None when target/ has nothing for us."""
         connection = self.session.connection
         connection.registration.check("receive")
         if time.monotonic() > self.housekeeping_due:  # the ops layer, every recovery_interval
             self.housekeeping_due = connection.housekeeping(self.box)
-        box = self.box
-        while (d := self.claimer.claim_next()) is not None:
+        box, claimer = self.box, self.claimer
+        if claimer.deferred:
+            claimer.release_due()
+        while (name := claimer.next()) is not None:
+            if (d := claimer.try_claim(name)) is None:
+                continue
             header = d.message
             try:
                 if read_body:
