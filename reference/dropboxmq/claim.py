@@ -10,7 +10,8 @@ import logging
 import os
 import random
 import time
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import BinaryIO, Callable
 
 from . import codec
 from .codec import now_ms
@@ -20,17 +21,21 @@ from .lifecycle import Move, State
 from .message import Message
 from .store import Dropbox
 
-__all__ = ["Claim", "Claimer", "finish"]
+__all__ = ["Claimer", "Delivery", "finish"]
 
 log = logging.getLogger("dropboxmq")
 
 
-class Claim(NamedTuple):
-    """One message this claimer now holds in ``processing/``."""
+@dataclass(slots=True)
+class Delivery:
+    """A message this claimer now holds in ``processing/``."""
 
-    processing_name: str  # its name in processing/ (client prefix + claimed_name)
-    claimed_name: str  # its target/ name with this delivery's count: what a redelivery puts back
-    header: Message  # the headers its name carries (delivery count and JMSRedelivered set)
+    box: Dropbox
+    processing_name: str  # its name in processing/ (client prefix + original_name)
+    original_name: str  # its target/ name with this delivery's count: what a redelivery puts back
+    message: Message  # the headers its name carries (delivery count and JMSRedelivered set)
+    body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
+    acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
 
 
 class Claimer:
@@ -73,16 +78,6 @@ class Claimer:
             self.skip.discard(n)
         if due:
             self.invalidate()
-
-    def claim_next(self) -> Claim | None:
-        """Try names in order until one claim succeeds; None when target/ has nothing for us."""
-        if self.deferred:
-            self.release_due()
-        while (name := self.next()) is not None:
-            claim = self.try_claim(name)
-            if claim is not None:
-                return claim
-        return None
 
     def invalidate(self) -> None:
         self.walk, self._pos = [], 0
@@ -146,7 +141,7 @@ class Claimer:
         else:  # SKIP: a name never changes, it will never match
             self.skip.add(name)
 
-    def try_claim(self, name: str) -> Claim | None:
+    def try_claim(self, name: str) -> Delivery | None:
         """Execute decide's verdict on ``name``: the claim, or None.  StoreError for a full or
         read-only store (nothing moved); any other error skips the name."""
         box = self.box
@@ -184,11 +179,7 @@ class Claimer:
             log.warning("%s delivered %d times: dead-lettered to error/", header.message_id, count - 1)
             finish(box, Move.DEAD_LETTER, pname)
             return None
-        return _make_claim(Claim, (pname, claimed, header))
-
-
-#: Claim(...) runs NamedTuple's generated __new__, a Python call: one is made per message
-_make_claim = tuple.__new__
+        return Delivery(box, pname, claimed, header)
 
 
 def finish(box: Dropbox, move: Move, pname: str) -> bool:

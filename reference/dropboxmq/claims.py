@@ -44,7 +44,7 @@ from .making import replace_durably
 from .store import REGISTER, Dropbox, fsync_dir
 
 if TYPE_CHECKING:
-    from .consumer import Delivery
+    from .claim import Delivery
 
 __all__ = [
     "Entry", "alias_name", "alias_inode", "lookup", "remember", "forget", "original_name", "claim_name", "finish",

@@ -4,10 +4,9 @@ and the session applies its ack mode."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from .claim import Claimer
+from .claim import Claimer, Delivery
 from .decision import ClaimSettings
 from .errors import IllegalStateError
 from .lifecycle import State
@@ -19,19 +18,7 @@ if TYPE_CHECKING:
     from .producer import Body
     from .session import Session
 
-__all__ = ["Delivery", "MessageConsumer"]
-
-
-@dataclass(slots=True)
-class Delivery:
-    """A message in processing/ that this session holds."""
-
-    box: Dropbox
-    processing_name: str
-    original_name: str
-    message: Message
-    body_file: BinaryIO | None = None  # receive_streamed(): the body, unread
-    acked: bool = False  # its ACK rename is done (an acknowledge() whose sync failed is retried)
+__all__ = ["MessageConsumer"]
 
 
 class MessageConsumer:
@@ -145,26 +132,30 @@ class MessageConsumer:
         self.close()
 
     def claim_next(self, read_body: bool = True) -> Delivery | None:
-        """Claim names until one's body reads (or opens); an unreadable one is quarantined."""
+        """Claim names in the claimer's order until one's body reads (or opens); an unreadable one
+        is quarantined.  None when target/ has nothing for us."""
         connection = self.session.connection
         connection.registration.check("receive")
         if time.monotonic() > self.housekeeping_due:  # the ops layer, every recovery_interval
             self.housekeeping_due = connection.housekeeping(self.box)
-        box = self.box
-        while (claim := self.claimer.claim_next()) is not None:
-            pname, claimed, header = claim
-            body_file = None
+        box, claimer = self.box, self.claimer
+        if claimer.deferred:
+            claimer.release_due()
+        while (name := claimer.next()) is not None:
+            if (d := claimer.try_claim(name)) is None:
+                continue
+            header = d.message
             try:
                 if read_body:
-                    header.body = box.read(State.DELIVERED, pname)
+                    header.body = box.read(State.DELIVERED, d.processing_name)
                 else:
-                    body_file = box.open_body(State.DELIVERED, pname)
+                    d.body_file = box.open_body(State.DELIVERED, d.processing_name)
             except (NotARegularFile, OSError) as exc:
                 from .redelivery import quarantine
 
-                quarantine(box, pname, claimed, exc)
+                quarantine(box, d.processing_name, d.original_name, exc)
                 continue
             header.destination = self.destination  # (from_wire set JMSXDeliveryCount = count)
             header._session = self.session  # type: ignore[attr-defined]
-            return Delivery(box, pname, claimed, header, body_file)
+            return d
         return None

@@ -16,7 +16,8 @@ from .leases import LeaseExpiredError
 from .redelivery import redeliver
 
 if TYPE_CHECKING:
-    from .consumer import Delivery, MessageConsumer
+    from .claim import Delivery
+    from .consumer import MessageConsumer
     from .message import Message
     from .session import Session
 

@@ -123,7 +123,12 @@ class MessageProducer:
                     sync_files(root, [box.file(State.NOT_COMMITTED, name) for box, name in durable_copies],
                                sum(_size(m.body) * len(bs) for m, _, bs in prepared))
                 for box, name, msg in created:
-                    _send_created(box, name, msg)
+                    # gone from working/ (a purge, a foreign sweep) fails the send, unless its
+                    # subscription went away with its working/ while we publish
+                    if not box.move(Move.SEND, State.NOT_COMMITTED, name) and not (
+                            isinstance(msg.destination, Topic) and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
+                        raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ "
+                                         "before it was sent (moved or deleted by another program)")
             except BaseException:
                 for box, name, _ in created:  # those already SENT are gone from working/: no-op
                     box.move(Move.DISCARD, State.NOT_COMMITTED, name)
@@ -147,15 +152,6 @@ def stamp_send(msg: Message, time_to_live: float = 0.0, delivery_delay: float = 
 
 def _size(body: object) -> int:
     return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
-
-
-def _send_created(box: Dropbox, name: str, msg: Message) -> None:
-    """SEND a file this producer created: gone from working/ (a purge, a foreign sweep) is a
-    failed send, unless its subscription went away with its working/ while we publish."""
-    moved = box.move(Move.SEND, State.NOT_COMMITTED, name)
-    if not moved and not (isinstance(msg.destination, Topic) and not os.path.isdir(box.dir(State.NOT_COMMITTED))):
-        raise StoreError(f"cannot send {box.file(State.NOT_COMMITTED, name)}: it left working/ before it "
-                         "was sent (moved or deleted by another program)")
 
 
 def create_copy(box: Dropbox, name: str, msg: Message, durable: bool, source: BinaryIO | None = None) -> bool:

@@ -13,7 +13,7 @@ from .errors import IllegalStateError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 
 if TYPE_CHECKING:
-    from .consumer import Delivery
+    from .claim import Delivery
     from .message import Message
     from .session import Session
     from .store import Dropbox

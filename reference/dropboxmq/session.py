@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec
 from .ackmode import POLICY, AckMode
-from .claim import finish
-from .consumer import Delivery, MessageConsumer
+from .claim import Delivery, finish
+from .consumer import MessageConsumer
 from .errors import IllegalStateError, MessageTakenError, StoreError
 from .lifecycle import Move, State
 from .message import DeliveryMode, Destination, Message, Queue, TextMessage, Topic

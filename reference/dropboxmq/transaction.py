@@ -42,7 +42,7 @@ from .layout import transaction_dir
 from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
 
 if TYPE_CHECKING:
-    from .consumer import Delivery
+    from .claim import Delivery
     from .session import Session
 
 __all__ = [

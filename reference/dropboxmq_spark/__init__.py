@@ -482,7 +482,7 @@ def _claim_messages(part: _Planned) -> Iterator[tuple[State, str, Message, bytes
             if body is None:
                 continue  # not ours: gone, as for the consumer
             # the claim's headers are those its processing/ name carries (_header would parse it again)
-            msg = claim.header if claim is not None else _header(State.DELIVERED, pname, now, box)
+            msg = claim.message if claim is not None else _header(State.DELIVERED, pname, now, box)
             if part.replay:  # delivered before, by the run that planned this batch
                 msg.redelivered, msg.delivery_count = True, msg.delivery_count + 1
             yield State.DELIVERED, pname, msg, body
