@@ -64,8 +64,9 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: became set_aside, the Spark-only availableNow filter left the Claimer: 2,749;
 #: (14, lean5shell) netfs takes AT_FDCWD as os does (store._dir_fd went): 2,745;
 #: (14, lean5core) Decision.header always set (claim's None checks went), to_wire's redundant pop: 2,742;
-#: (14, lean5api) try_claim returns the Delivery (claim.Claim went), Claimer.claim_next folded into the consumer: 2,720.
-CEILING = 2720
+#: (14, lean5api) try_claim returns the Delivery (claim.Claim went), Claimer.claim_next folded into the consumer: 2,720;
+#: up, once: the doctor's record is read up to its 1 MiB bound again (lean4shell's shared reader had lifted it): 2,725.
+CEILING = 2725
 
 
 def _type_checking(node: ast.stmt) -> bool:

@@ -304,3 +304,17 @@ def test_a_hostile_record_is_ignored_not_waited_on(root):
     assert filesystems.verdict_for(root) is None
     with Connection(root, "a", create=True):
         pass
+
+
+def test_a_record_over_its_bound_is_ignored_not_read_whole(root):
+    """A verdict is a few hundred bytes: a record past 1 MiB (a hostile root's huge file) is read
+    no further than the bound at each connect, and does not count as a verdict."""
+    import json
+
+    verdict = {"fs_type": filesystems.file_system_type(root), "level": filesystems.UNSAFE,
+               "reasons": ["planted"], "notes": []}
+    rec = root / filesystems.RECORD
+    rec.write_text(json.dumps(verdict))
+    assert filesystems.verdict_for(root) is not None  # (the record itself is valid)
+    rec.write_text(json.dumps({**verdict, "notes": ["x" * (1 << 20)]}))  # valid JSON, past the bound
+    assert filesystems.verdict_for(root) is None
