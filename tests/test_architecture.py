@@ -267,3 +267,40 @@ def test_a_plain_queue_path_loads_the_measured_modules_and_the_ops_layer_only(tm
     assert {"not measured": sorted(loaded - measured - set(OPS)), "measured, not loaded": sorted(measured - loaded),
             "ops, not loaded": sorted(set(OPS) - loaded)} == \
         {"not measured": [], "measured, not loaded": [], "ops, not loaded": []}
+
+
+#: a fresh process in which starting any other program raises: what a user's queue path may not
+#: do (find_library("c") ran /sbin/ldconfig -p at every import of store.py and groupsync.py)
+_NO_SPAWN = """
+import os, subprocess, sys, ctypes.util
+
+def refuse(*args, **kwargs):
+    raise AssertionError(f"a process was started: {{args[:2]}}")
+
+ctypes.util.find_library = refuse
+subprocess.Popen.__init__ = refuse
+for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve", "execvp"):
+    setattr(os, name, refuse)
+
+from dropboxmq import Connection, Queue, TextMessage
+
+with Connection({root!r}, create=True) as c:
+    s = c.create_session()
+    q = c.create_queue("q")
+    s.create_producer(q).send_many([TextMessage("a"), TextMessage("b")])  # group commit: groupsync.py
+    consumer = s.create_consumer(Queue("q"))
+    assert [consumer.receive(0).text, consumer.receive(0).text] == ["a", "b"]
+print(sorted(m for m in sys.modules if m in ("dropboxmq.store", "dropboxmq.groupsync")))
+"""
+
+
+def test_a_queue_send_and_receive_starts_no_process(tmp_path):
+    """Importing the library, sending and receiving start no other program (each process paid a
+    fork+exec of ldconfig, ~10 ms, at import; the Spark source's runner is one process a query)."""
+    import subprocess
+    import sys
+
+    script = _NO_SPAWN.format(root=str(tmp_path / "root"))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["['dropboxmq.groupsync',", "'dropboxmq.store']"]

@@ -9,7 +9,6 @@ durable (tests/test_store_faults.py checks that they agree)."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ __all__ = [
     "sync_files", "sync_by_method", "fsync_each",
 ]
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # libc's symbols, without find_library's ldconfig subprocess
 
 _syncfs = getattr(_libc, "syncfs", None)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -30,7 +29,8 @@ REGISTER = ".claims"
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _AT_FDCWD = -100
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# the process's own symbols, libc's among them (find_library would run ldconfig in a subprocess)
+_libc = ctypes.CDLL(None, use_errno=True)
 # renameat2(int, const char *, int, const char *, unsigned int): ctypes passes ints and bytes as
 # such without argtypes (declaring them costs a conversion a call, two calls a message)
 renameat2: Any = getattr(_libc, "renameat2", None)
