@@ -67,6 +67,7 @@ class Registration:
         except BaseException:
             os.close(fd)
             raise
+        self.leased = self._renewer is not None  # else check() does nothing: send, receive and ack skip it
         if renew_in_background and self._renewer is not None:
             self._renewer.start()
 

@@ -135,7 +135,8 @@ class MessageConsumer:
         """Claim names in the claimer's order until one's body reads (or opens); an unreadable one
         is quarantined.  None when target/ has nothing for us."""
         connection = self.session.connection
-        connection.registration.check("receive")
+        if connection.registration.leased:
+            connection.registration.check("receive")
         if time.monotonic() > self.housekeeping_due:  # the ops layer, every recovery_interval
             self.housekeeping_due = connection.housekeeping(self.box)
         box, claimer = self.box, self.claimer

@@ -59,7 +59,7 @@ def decide(name: str, now: int, settings: ClaimSettings, attempted: int = 0) -> 
     if header.delivery_time > now:
         # retrying it at once would spin on it when it is the only name left
         return Decision(Verdict.DEFER, header, until=header.delivery_time)
-    if header.is_expired(now):
+    if 0 != header.expiration <= now:  # header.is_expired(now), inline: a call a message
         return Decision(Verdict.EXPIRE, header)
     count = header.delivery_count
     return _make_decision(Decision, (Verdict.CLAIM, header, count, claimed, 0, count > settings.max_delivery_attempts))

@@ -94,7 +94,8 @@ class MessageProducer:
         """CREATE every copy, then SEND them; several (bulk send, fan-out) are one group commit."""
         session, root = self.session, self.session.connection.root
         group = sum(len(boxes) for _, _, boxes in prepared) > 1
-        session.connection.registration.check("send")
+        if (registration := session.connection.registration).leased:
+            registration.check("send")
         with session.lock:
             if session.transacted:  # NOT_COMMITTED until commit() syncs and SENDs them all
                 from .transaction import session_log

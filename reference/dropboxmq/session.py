@@ -156,7 +156,8 @@ class Session:
                 chosen, kept = held(self, messages)
             else:
                 chosen, kept = self.unacked, []
-            self.connection.registration.check("acknowledge")
+            if (registration := self.connection.registration).leased:
+                registration.check("acknowledge")
             try:
                 self._ack(chosen)
             except MessageTakenError:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, TypeVar
 
 from .errors import StoreError, store_error
-from .lifecycle import IllegalMove, Move, State, next_state
+from .lifecycle import TRANSITIONS, IllegalMove, Move, State, next_state
 
 __all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "fsync_dir", "Dropbox",
            "NotARegularFile", "open_regular", "read_regular_file", "write_all", "is_real_dir",
@@ -29,6 +29,7 @@ REGISTER = ".claims"
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _AT_FDCWD = -100
+_CREATED = next_state(State.ABSENT, Move.CREATE)  # where Dropbox.create() puts a file: the table's, read once
 # the process's own symbols, libc's among them (find_library would run ldconfig in a subprocess)
 _libc = ctypes.CDLL(None, use_errno=True)
 # renameat2(int, const char *, int, const char *, unsigned int): ctypes passes ints and bytes as
@@ -195,13 +196,12 @@ class Dropbox:
     def create(self, name: str, body: bytes | BinaryIO, durable: bool) -> None:
         """Create ``working/<name>`` exclusively, write it fully (``body`` may be an open regular file,
         copied in chunks), fsync it when durable; on any failure the partial file is removed."""
-        next_state(State.ABSENT, Move.CREATE)  # (codec.to_wire made the name: 255 bytes at most)
-        if State.NOT_COMMITTED not in self._plain:
-            self._check_plain(State.NOT_COMMITTED)
+        if _CREATED not in self._plain:  # (codec.to_wire made the name: 255 bytes at most)
+            self._check_plain(_CREATED)
         try:
-            fd = self._at(State.NOT_COMMITTED, name, _open_exclusive)
+            fd = self._at(_CREATED, name, _open_exclusive)
         except OSError as exc:
-            raise store_error("create", self.file(State.NOT_COMMITTED, name), exc) from exc
+            raise store_error("create", self.file(_CREATED, name), exc) from exc
         try:
             if isinstance(body, (bytes, bytearray, memoryview)):
                 write_all(fd, body)
@@ -215,7 +215,7 @@ class Dropbox:
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(path := self.file(State.NOT_COMMITTED, name))
+                os.unlink(path := self.file(_CREATED, name))
             raise store_error("write", path, exc) from exc
         os.close(fd)
 
@@ -223,7 +223,7 @@ class Dropbox:
     def move(self, move: Move, source: State, name: str, new_name: str | None = None) -> bool:
         """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``); False when the
         source is gone (a lost race).  A name taken at the destination: ``collisions.py``."""
-        destination = next_state(source, move)
+        destination = TRANSITIONS[source].get(move) or next_state(source, move)  # (next_state: to raise)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
         plain = self._plain
@@ -360,12 +360,14 @@ def is_real_dir(path: str | Path) -> bool:
 def sync_many(boxes: Iterable[tuple[Dropbox, State]]) -> None:
     """Make renames into the given state directories durable: fsync each distinct directory once;
     past two (a fan-out, a transaction over many dropboxes), ``groupsync.sync_by_method``."""
-    dirs = list(dict.fromkeys(box.dir(state) for box, state in boxes))
+    dirs = list({box.dir(state): None for box, state in boxes})  # (not fromkeys(generator): a call a message)
     if len(dirs) > 2:
         from .groupsync import sync_by_method
 
         sync_by_method(dirs[0], dirs)
         return
     for d in dirs:
-        with contextlib.suppress(FileNotFoundError):  # gone meanwhile, with its subscription
+        try:
             fsync_dir(d)
+        except FileNotFoundError:  # gone meanwhile, with its subscription
+            pass
