@@ -492,3 +492,23 @@ def test_plain_rows_are_named_from_a_template_not_one_by_one(row, ttl):
     import dropboxmq_spark as ds
 
     assert ds._template(dict(row), ttl) is not None
+
+
+def test_a_read_loads_none_of_the_modules_only_a_write_needs(tmp_path):
+    """Spark runs a reader in a Python worker that imports the source afresh for a query: the
+    library's writing modules (the producer, group commit, the transaction log) would cost it
+    ~30-50 ms of CPU each time for nothing."""
+    import subprocess
+    import sys
+
+    _send_varied(tmp_path / "root", "q")
+    script = f"""
+import sys
+from dropboxmq_spark import DropboxMQBatchReader
+
+reader = DropboxMQBatchReader({{"root": {str(tmp_path / "root")!r}, "path": "q"}})
+assert sum(1 for part in reader.partitions() for _ in reader.read(part)) == 7
+print(sorted(m for m in sys.modules if m.split(".")[-1] in ("producer", "groupsync", "transaction", "log_lifecycle")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -100,7 +100,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -119,14 +119,15 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from dropboxmq import claims, codec, ids, javanum, layout, producer, topics
+# what a write alone needs (producer, bodies, groupsync, transaction, log_lifecycle) is imported where it is
+# first used: a reader's runner, one process a query, never loads it (~30-50 ms of CPU each)
+from dropboxmq import claims, codec, ids, javanum, layout, topics
 from dropboxmq.clients import Registration
 from dropboxmq.dirs import ensure_layout
 from dropboxmq.making import ensure_dropbox
 from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
-from dropboxmq.bodies import message_for_letter
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
 from dropboxmq.properties import infer_letter
 from dropboxmq.values import Property
@@ -135,18 +136,11 @@ from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
 from dropboxmq.decision import ClaimSettings, Verdict, decide
 from dropboxmq.recovery import reclaim_dead_owners
-from dropboxmq.log_lifecycle import LogMove, LogState
-from dropboxmq.groupsync import sync_files
 from dropboxmq.making import replace_durably
 from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, sync_many
-from dropboxmq.transaction import (
-    LogEntry,
-    LogStore,
-    TransactionLog,
-    read_log,
-    recover_log,
-    roll_forward,
-)
+
+if TYPE_CHECKING:
+    from dropboxmq.transaction import LogEntry
 
 __all__ = [
     "SHORT_NAME", "SCHEMA", "COLUMNS", "WRITE_CHUNK_ROWS", "register", "DropboxMQBatchReader", "DropboxMQBatchWriter",
@@ -648,6 +642,8 @@ def _is_variant(arrow_type: Any) -> bool:
 
 def _message_from_row(d: dict[str, Any], ttl_default: float) -> tuple[Message, float]:
     """The message a written row (a fresh dict of _rows_of: consumed here) describes."""
+    from dropboxmq.bodies import message_for_letter  # (writing only)
+
     body = d.pop("body", None)
     text = d.pop("text", None)
     value = d.pop("value", None)  # Spark's text/kafka convention
@@ -711,7 +707,9 @@ def _property_of(value: Any) -> Property:
 
 def _stamp(msg: Message, ttl: float) -> str:
     """Headers stamped at send: the library's own rule (MessageProducer's), no delivery delay."""
-    return producer.stamp_send(msg, ttl)
+    from dropboxmq.producer import stamp_send  # (writing only)
+
+    return stamp_send(msg, ttl)
 
 
 class _Attempt(WriterCommitMessage):
@@ -752,12 +750,14 @@ def _template(row: dict[str, Any], ttl_default: float) -> _Template | None:
     rule, stamp_send), so the two cannot disagree: the template is read off a name stamped at
     time 0 and must give the name stamp_send gives at another time, else None (as for a header
     the template cannot hold): the row path names the row."""
+    from dropboxmq.producer import stamp_send  # (writing only)
+
     msg, ttl = _message_from_row(row, ttl_default)
     ttl_ms = int(ttl * 1000) if ttl > 0 else 0
     if ttl_ms > 1 << 53:  # near the long's end: the row path range-checks the expiration
         return None
     head = f"{msg.priority}."
-    name = producer.stamp_send(msg, ttl, id_and_time=("ID:0-0", 0))
+    name = stamp_send(msg, ttl, id_and_time=("ID:0-0", 0))
     tail = name[len(head) + 3:]
     persistent = msg.delivery_mode == DeliveryMode.PERSISTENT
     exp_at, exp = f".{msg.class_letter}.", str(ttl_ms)
@@ -769,7 +769,7 @@ def _template(row: dict[str, Any], ttl_default: float) -> _Template | None:
         t = _Template(head, exp_at, tail[len(exp_at) + len(exp):], ttl_ms, persistent)
     else:
         t = None
-    checked = producer.stamp_send(msg, ttl, id_and_time=(_CHECK_ID, _CHECK_MS))
+    checked = stamp_send(msg, ttl, id_and_time=(_CHECK_ID, _CHECK_MS))
     return t if t is not None and _named(t, _CHECK_ID, _CHECK_MS) == checked else None
 
 
@@ -923,6 +923,9 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
     exists: a chunk of rows at a time, its sends logged in one write, then its files created.
     ``durable``: one group commit for the task (store.sync_files: the log and every persistent
     file together), not an fsync a file."""
+    from dropboxmq.groupsync import sync_files  # (writing only)
+    from dropboxmq.transaction import TransactionLog
+
     ensure_layout(root)
     stage, part, attempt = _task_identity()
     # unique per attempt even across driver restarts and zombie attempts
@@ -964,6 +967,9 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
 def _attempt_logs(root: Path, client_id: str, tag_prefix: str) -> list[Path]:
     """Every attempt log of one job (or micro-batch) still in associated/: their session tags
     start with ``tag_prefix``."""
+    from dropboxmq.log_lifecycle import LogState  # (writing only)
+    from dropboxmq.transaction import LogStore
+
     prefix = f"{codec.encode_field(client_id)}~{tag_prefix}"
     store = LogStore(root)
     return [store.path(LogState.ASSOCIATED, n) for n in store.names(LogState.ASSOCIATED) if n.startswith(prefix)]
@@ -971,12 +977,18 @@ def _attempt_logs(root: Path, client_id: str, tag_prefix: str) -> list[Path]:
 
 def _discard_logs(root: Path, logs: list[Path]) -> None:
     """Roll back (DISCARD) the sends of attempt logs Spark did not commit, and delete the logs."""
+    from dropboxmq.log_lifecycle import LogState  # (writing only)
+    from dropboxmq.transaction import recover_log
+
     for path in logs:
         recover_log(root, LogState.ASSOCIATED, path)
 
 
 def _hand_over(root: Path, logs: list[Path], names: set[str]) -> None:
     """Drop the attempt logs in ``names``: the job's (or batch's) committed log carries their entries."""
+    from dropboxmq.log_lifecycle import LogMove, LogState  # (writing only)
+    from dropboxmq.transaction import LogStore
+
     store = LogStore(root)
     for path in logs:
         if path.name in names:
@@ -984,6 +996,9 @@ def _hand_over(root: Path, logs: list[Path], names: set[str]) -> None:
 
 
 def _entries_of(root: Path, messages: list[Any]) -> tuple[list[LogEntry], set[str]]:
+    from dropboxmq.log_lifecycle import LogState  # (writing only)
+    from dropboxmq.transaction import LogStore, read_log
+
     entries: list[LogEntry] = []
     names: set[str] = set()
     store = LogStore(root)
@@ -1017,6 +1032,8 @@ class DropboxMQBatchWriter(DataSourceArrowWriter):
                            self.fail_after)
 
     def commit(self, messages: list[Any]) -> None:
+        from dropboxmq.transaction import TransactionLog  # (writing only)
+
         reg = Registration(self.root, self.client_id)  # a driver dying inside commit = a dead owner
         try:
             entries, committed = _entries_of(self.root, messages)
@@ -1079,6 +1096,9 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
         return _attempt_logs(self.root, self.client_id, f"b{batch_id}.")
 
     def commit(self, messages: list[Any], batchId: int) -> None:
+        from dropboxmq.log_lifecycle import LogMove, LogState  # (writing only)
+        from dropboxmq.transaction import LogStore, TransactionLog, read_log, roll_forward
+
         store = LogStore(self.root)
         os.makedirs(store.base / LogState.COMMITTED.value, exist_ok=True)
         name = self._batch_log(batchId)
@@ -1111,6 +1131,9 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
         """Keep the proofs of the last ``keep`` batches (Spark retains far fewer)."""
         if batch_id % 100:
             return
+        from dropboxmq.log_lifecycle import LogMove, LogState  # (writing only)
+        from dropboxmq.transaction import LogStore
+
         store = LogStore(self.root)
         prefix = f"{codec.encode_field(self.client_id)}~b"
         for n in store.names(LogState.COMMITTED):
