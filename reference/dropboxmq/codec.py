@@ -243,8 +243,9 @@ def _check_long(what: str, v: Any, lo: int, hi: int) -> int:
 
 
 def encode_name(msg: Message, properties: dict[str, Any] | None = None, delivery_count: int | None = None) -> str:
-    """The file name of ``msg`` (``properties`` and ``delivery_count`` in place of its own if given):
-    :class:`MessageFormatError` for headers that cannot be written, :class:`NameTooLongError` over 255 bytes."""
+    """The file name of ``msg`` (``properties`` and ``delivery_count`` in place of its own if given;
+    a count given is to_wire's 1, not checked again): :class:`MessageFormatError` for headers that
+    cannot be written, :class:`NameTooLongError` over 255 bytes."""
     prio = _check_long("priority", msg.priority, _INT_MIN, _INT_MAX)
     mid = msg.message_id
     if not isinstance(mid, str):
@@ -255,7 +256,7 @@ def encode_name(msg: Message, properties: dict[str, Any] | None = None, delivery
     if msg.class_letter not in CLASS_LETTERS:
         raise MessageFormatError(f"unknown message class letter {msg.class_letter!r}")
     exp = _check_long("expiration", msg.expiration, _LONG_MIN, _LONG_MAX)
-    dc = _check_long("delivery_count", msg.delivery_count if delivery_count is None else delivery_count, 1, _INT_MAX)
+    dc = _check_long("delivery_count", msg.delivery_count, 1, _INT_MAX) if delivery_count is None else delivery_count
     reply = msg.reply_to
     if reply is not None and not isinstance(reply, (Queue, Topic)):
         raise MessageFormatError(f"reply-to must be a Queue or Topic, got {reply!r}")
