@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, TypeVar
 
 from .errors import StoreError, store_error
-from .lifecycle import TRANSITIONS, IllegalMove, Move, State, next_state
+from .lifecycle import IllegalMove, Move, State, next_state
 
 __all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "fsync_dir", "Dropbox",
            "NotARegularFile", "open_regular", "read_regular_file", "write_all", "is_real_dir",
@@ -223,7 +223,7 @@ class Dropbox:
     def move(self, move: Move, source: State, name: str, new_name: str | None = None) -> bool:
         """Execute ``move`` on ``source/<name>`` (to ``<dest>/<new_name or name>``); False when the
         source is gone (a lost race).  A name taken at the destination: ``collisions.py``."""
-        destination = TRANSITIONS[source].get(move) or next_state(source, move)  # (next_state: to raise)
+        destination = next_state(source, move)
         if source is State.ABSENT:
             raise IllegalMove(f"{move.name} from ABSENT is Dropbox.create(), not a rename")
         plain = self._plain
