@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from . import codec, layout
 from .codec import from_wire, now_ms
 from .lifecycle import State
-from .selector import selector_for
 from .message import (
     Message,
     Queue,
 )
 
 if TYPE_CHECKING:
+    from .selector import Selector
     from .session import Session
 
 __all__ = ["QueueBrowser", "in_delivery_order"]
@@ -32,7 +32,11 @@ class QueueBrowser:
         self.session = session
         self.queue = queue
         self.box = layout.queue_box(session.connection.root, queue)
-        self.matcher = selector_for(selector) if selector else None
+        self.matcher: Selector | None = None
+        if selector:
+            from .selector import selector_for  # (the parser is imported only for a selector)
+
+            self.matcher = selector_for(selector)
 
     def __iter__(self) -> Iterator[Message]:
         now = now_ms()

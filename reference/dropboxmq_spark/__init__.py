@@ -119,13 +119,11 @@ except ImportError:  # an older pyspark 4: Rows (the writers take either)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-# what a write alone needs (producer, bodies, groupsync, transaction, log_lifecycle) is imported where it is
-# first used: a reader's runner, one process a query, never loads it (~30-50 ms of CPU each)
-from dropboxmq import claims, codec, ids, javanum, layout, topics
-from dropboxmq.clients import Registration
-from dropboxmq.dirs import ensure_layout
+# what only a write (producer, bodies, groupsync, transaction, log_lifecycle) or the driver (the registration,
+# recovery, liveness, the root's layout, topics) needs is imported where it is first used: a read task's Python
+# worker, one a query, never loads it (~30-50 ms of CPU each)
+from dropboxmq import claims, codec, ids, javanum, layout
 from dropboxmq.making import ensure_dropbox
-from dropboxmq.liveness import hold_for_checkpoint
 from dropboxmq.errors import InvalidClientIDError, StoreError
 from dropboxmq.lifecycle import TERMINAL, Move, State
 from dropboxmq.message import CLASS_LETTERS, DeliveryMode, Message, Queue, Topic
@@ -135,11 +133,12 @@ from dropboxmq.codec import DELIVERY_COUNT as DELIVERY_COUNT_PROP
 from dropboxmq.claim import Claimer
 from dropboxmq.codec import from_wire, now_ms
 from dropboxmq.decision import ClaimSettings, Verdict, decide
-from dropboxmq.recovery import reclaim_dead_owners
 from dropboxmq.making import replace_durably
 from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, sync_many
 
 if TYPE_CHECKING:
+    from dropboxmq.clients import Registration
+    from dropboxmq.selector import Selector
     from dropboxmq.transaction import LogEntry
 
 __all__ = [
@@ -220,6 +219,8 @@ def _seconds_option(options: Any, name: str, default: float) -> float:
 def _read_box(root: Path, dest: str) -> Dropbox:
     """The dropbox a reader looks at."""
     if dest.startswith("topic:"):
+        from dropboxmq import topics  # (topics only)
+
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             if "/" in sub or sub.startswith("."):
@@ -235,6 +236,8 @@ def _write_boxes(root: Path, dest: str, header: Message) -> list[Dropbox]:
         topic, _, sub = dest[len("topic:"):].partition("!")
         if sub:
             raise ValueError("write to a topic (topic:NAME), not to one of its subscriptions")
+        from dropboxmq import topics  # (topics only)
+
         return topics.fan_out_targets(root, Topic(topic), header, None)
     return [ensure_dropbox(layout.queue_box(root, Queue(dest)))]
 
@@ -546,9 +549,11 @@ class DropboxMQBatchReader(DataSourceReader):
             raise ValueError(f"dropboxmq: unknown include {sorted(unknown)} "
                              "(processing, processed, expired, error, working, delayed, all)")
         self.include = include
-        from dropboxmq.selector import selector_for
+        self.selector: Selector | None = None
+        if (options.get("selector") or "").strip():  # the parser is imported only for a selector
+            from dropboxmq.selector import selector_for
 
-        self.selector = selector_for(options.get("selector"))
+            self.selector = selector_for(options.get("selector"))
         _partitions_option(options)
         self.options = options
 
@@ -923,7 +928,8 @@ def _write_task(root: Path, dest: str, client_id: str, tag: str, rows: Iterator[
     exists: a chunk of rows at a time, its sends logged in one write, then its files created.
     ``durable``: one group commit for the task (store.sync_files: the log and every persistent
     file together), not an fsync a file."""
-    from dropboxmq.groupsync import sync_files  # (writing only)
+    from dropboxmq.dirs import ensure_layout  # (writing only)
+    from dropboxmq.groupsync import sync_files
     from dropboxmq.transaction import TransactionLog
 
     ensure_layout(root)
@@ -1025,6 +1031,8 @@ class DropboxMQBatchWriter(DataSourceArrowWriter):
         self.durable = (options.get("durable") or "true").lower() != "false"
         self.ttl = float(options.get("timeToLive") or 0)
         self.fail_after = int(options.get("failFirstAttemptAfter") or -1)  # tests: fault injection
+        from dropboxmq.dirs import ensure_layout  # (the driver only)
+
         ensure_layout(self.root)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
@@ -1032,7 +1040,8 @@ class DropboxMQBatchWriter(DataSourceArrowWriter):
                            self.fail_after)
 
     def commit(self, messages: list[Any]) -> None:
-        from dropboxmq.transaction import TransactionLog  # (writing only)
+        from dropboxmq.clients import Registration  # (the driver only)
+        from dropboxmq.transaction import TransactionLog
 
         reg = Registration(self.root, self.client_id)  # a driver dying inside commit = a dead owner
         try:
@@ -1078,6 +1087,8 @@ class DropboxMQStreamWriter(DataSourceStreamArrowWriter):
         self.durable = (options.get("durable") or "true").lower() != "false"
         self.ttl = float(options.get("timeToLive") or 0)
         self.run = uuid.uuid4().hex[:8]  # this query run: attempt logs of a crashed run are told apart
+        from dropboxmq.dirs import ensure_layout  # (the driver only)
+
         ensure_layout(self.root)
 
     def _tag(self, batch_id: int | str) -> str:
@@ -1215,6 +1226,10 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _ensure_registered(self) -> None:
         if self._registration is not None:
             return
+        from dropboxmq.clients import Registration  # (the driver only)
+        from dropboxmq.dirs import ensure_layout
+        from dropboxmq.liveness import hold_for_checkpoint
+
         ensure_layout(self.root)
         os.makedirs(self.dir, exist_ok=True)
         hold_for_checkpoint(self.root, self.client_id, self.checkpoint)  # before the first claim
@@ -1308,6 +1323,8 @@ class DropboxMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         mono = time.monotonic()
         if mono - self._last_recovery > self.recovery_interval:
             self._last_recovery = mono
+            from dropboxmq.recovery import reclaim_dead_owners  # (the driver only)
+
             reclaim_dead_owners(self.root, self.box)
         claimer, client = self._claimer, self.client_id
         claimer.release_due()
