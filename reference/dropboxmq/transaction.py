@@ -39,7 +39,7 @@ from .groupsync import sync_files
 from .dirs import is_plain_path, log_names
 from .making import replace_durably
 from .layout import transaction_dir
-from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
+from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_lines, rename_noreplace, sync_many
 
 if TYPE_CHECKING:
     from .claim import Delivery
@@ -512,8 +512,8 @@ def read_log(path: Path) -> list[LogEntry]:
     """The entries of a log (a regular file: a FIFO or symlink raises NotARegularFile).
     CorruptLogError for a log this library did not write."""
     entries = []
-    text = read_regular_file(path).decode("utf-8", "surrogateescape")
-    lines = [line for line in (raw.strip() for raw in text.splitlines()) if line]
+    # line by line: a hostile root's huge file is not read whole, only to its first overlong line
+    lines = [line for line in (raw.decode("utf-8", "surrogateescape").strip() for raw in read_lines(path)) if line]
     try:  # every line whole (the usual case): one parse for the log, not one a line
         parsed: list[object] = json.loads(f"[{','.join(lines)}]")
         if len(parsed) != len(lines):  # a line of two values ("{}, {}") is no line of ours
