@@ -12,7 +12,7 @@ where a regular file is a message and PROTOCOL.md bounds no body -- a receive, b
 distribution reads it whole, rightly.  Everywhere else a file is a record or a stray: the doctor's
 record, registrations and their leases, transaction and XA logs, subscription records, claim
 register entries, checkpoint holds, removal tallies, Spark manifests.  The library reads a record
-through store.read_record (at most RECORD_LIMIT, 1 MiB, + 1 bytes), a log through store.read_lines
+through store.read_record (at most RECORD_LIMIT, 1 MiB, + 1 bytes), a log through transaction.read_lines
 (to the first line past LINE_LIMIT, 64 KiB), a lease through leases.read_from (4 KiB).  So, per
 step (each verb and entry point: tests/hostile_worker.py measures), the bytes the process reads
 (/proc/self/io rchar) stay within ``READ_BOUND`` (8 MiB: a verb's first-use imports and listings

@@ -1,6 +1,6 @@
 """A hostile root's huge file where the library reads a record (found by the growth check of the
 hostile-root fuzzer, tests/test_hostile_fuzz.py): each read stops at the record's bound
-(store.RECORD_LIMIT for a record, store.LINE_LIMIT for a log's line) instead of reading -- and
+(store.RECORD_LIMIT for a record, transaction.LINE_LIMIT for a log's line) instead of reading -- and
 holding -- the whole file.  Each test measures the bytes this process reads (/proc/self/io)."""
 
 from __future__ import annotations

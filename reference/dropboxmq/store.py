@@ -19,8 +19,8 @@ from .errors import StoreError, store_error
 from .lifecycle import IllegalMove, Move, State, next_state
 
 __all__ = ["REGISTER", "renameat2", "noreplace_supported", "rename_noreplace", "fsync_dir", "Dropbox",
-           "NotARegularFile", "open_regular", "read_regular_file", "RECORD_LIMIT", "LINE_LIMIT", "read_record",
-           "read_lines", "write_all", "is_real_dir", "sync_many"]
+           "NotARegularFile", "open_regular", "read_regular_file", "RECORD_LIMIT", "read_record", "write_all",
+           "is_real_dir", "sync_many"]
 
 _T = TypeVar("_T")
 
@@ -350,37 +350,17 @@ def read_regular_file(path: str | Path, dir_fd: int = _AT_FDCWD) -> bytes:
         os.close(fd)
 
 
-#: the most of a record (subscription record, claim register entry, checkpoint hold) read: ours
-#: are a few hundred bytes, and a hostile root's huge file must not be read whole at each look
+#: the most of a record (doctor's verdict, subscription, claim register entry, hold) read: ours
+#: are a few hundred bytes; a hostile root's huge file must not be read whole at each look
 RECORD_LIMIT = 1 << 20
-#: the longest line of a transaction log read: ours name a dropbox and a file (255 bytes a name)
-LINE_LIMIT = 1 << 16
 
 
-def read_record(path: str | Path, limit: int = RECORD_LIMIT, dir_fd: int = _AT_FDCWD) -> bytes:
-    """The content of a small regular file (see :func:`open_regular`); ValueError when it is
-    longer than ``limit`` (no record of ours), having read ``limit`` + 1 bytes of it."""
-    fd = open_regular(path, dir_fd=dir_fd)
-    try:
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ValueError(f"{path}: longer than {limit} bytes")
-    return data
-
-
-def read_lines(path: str | Path, limit: int = LINE_LIMIT) -> list[bytes]:
-    """The lines of a regular file (see :func:`open_regular`) up to the first longer than
-    ``limit`` bytes (its newline included), which ends them as a torn line would: a log of any length is read, but
-    no more than ``limit`` bytes of a line no writer of ours made."""
-    lines = []
+def read_record(path: str | Path) -> bytes:
+    """A small regular file's content (see :func:`open_regular`); ValueError past RECORD_LIMIT."""
     with os.fdopen(open_regular(path), "rb") as f:
-        while line := f.readline(limit + 1):
-            if len(line) > limit:
-                break
-            lines.append(line)
-    return lines
+        if len(data := f.read(RECORD_LIMIT + 1)) > RECORD_LIMIT:
+            raise ValueError(f"{path}: longer than {RECORD_LIMIT} bytes: no record of ours")
+    return data
 
 
 def is_real_dir(path: str | Path) -> bool:

@@ -86,8 +86,9 @@ from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_s
 from dropboxmq.ackmode import AckMode
 from dropboxmq.session import Session
 from dropboxmq.dirs import ensure_plain_dir
-from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_lines, read_record, rename_noreplace
-from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside, rollback_session
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_record, rename_noreplace
+from dropboxmq.transaction import (CorruptLogError, LogStore, apply_moves, is_file_name, is_inside, read_lines,
+                                   rollback_session)
 
 __all__ = [
     "LOG_PREFIX", "DEFAULT_FORMAT_ID", "XAError", "UnknownXidError", "Xid", "XAEntry", "BranchLog",
@@ -252,7 +253,6 @@ class BranchLog:
         """CorruptLogError (a ValueError) for anything but a log of ours: a FIFO or symlink,
         another shape, an entry naming a path outside the root."""
         try:
-            # line by line: a hostile root's huge file is not read whole, only to its first overlong line
             lines = [line for line in (raw.decode("utf-8") for raw in read_lines(path)) if line.strip()]
         except NotARegularFile as exc:
             raise CorruptLogError(f"{path}: {exc.strerror}") from None
