@@ -152,7 +152,7 @@ def main(root: Path, output_dir: Path) -> dict:
         "connect as a planted client id (API)": connect_as_planted,
     }
     assert tuple(steps) == API_STEPS, "hostile.API_STEPS (the coverage table) must list what runs here"
-    order = ["stat", "stat --json", "browse", "browse --json", "browse --state error", "redrive", "xa list", "audit", "browse (API)", "recover (API)",
+    order = ["stat", "stat --json", "stat --format prometheus", "browse", "browse --json", "browse --state error", "redrive", "xa list", "audit", "browse (API)", "recover (API)",
              "recover --assume-unknown-dead (API)", "recover", "distribute (API)", "distribute", "publish (API)",
              "publish", "init", "send --create", "receive q (API)", "receive subscription (API)",
              "consumer background: recovery and retention (API)", "receive", "receive --json",

@@ -272,6 +272,7 @@ HUGE_RECORDS = {
     "dropboxmq/transaction/committing/ghost~s~1": b'{"kind": "send", "box": "q/incoming", "name": "x"}\n',
     "dropboxmq/transaction/prepared/xa-0-00-0":
         b'{"xid": {"format_id": 0, "gtrid": "00", "bqual": "00"}, "owner": "ghost", "pid": 1, "host": "h"}\n',
+    "dropboxmq/removed/q": b"error 1\n",
 }
 
 
@@ -280,7 +281,8 @@ def test_no_step_reads_a_huge_record_whole(tmp_path):
     name planted huge, no verb reads or holds more than the growth bound.  Failed, naming steps and
     bytes, while the doctor's record (filesystems.verdict_for: every connect), a subscription
     record (publish, subscribe, recover), a claim register entry (receive), a checkpoint hold
-    (connect), a transaction log (audit, recover) and an XA log (xa list, recover) were read whole."""
+    (connect), a transaction log (audit, recover), an XA log (xa list, recover) and a removal
+    tally (stat --format prometheus) were read whole."""
     root, _, _ = build(tmp_path)
     os.makedirs(tmp_path / "spool" / "in" / "out")
     inode = str(sorted((root / "q" / "incoming" / "target").iterdir())[0].stat().st_ino)

@@ -15,6 +15,7 @@ from dropboxmq.connection import Connection
 from dropboxmq.lifecycle import State
 from dropboxmq.liveness import hold_path, holds_claims, is_dead
 from dropboxmq.message import Queue, TextMessage
+from dropboxmq.operations import removed_totals
 from dropboxmq.store import REGISTER, Dropbox
 from dropboxmq.topics import CorruptSubscriptionError, Subscription
 from dropboxmq.transaction import read_log
@@ -106,3 +107,10 @@ def test_a_huge_xa_log_is_read_to_its_first_overlong_line(tmp_path):
 
     assert read_by(load) < BOUNDED
     assert isinstance(loaded[0], BranchLog) and [e.name for e in loaded[0].entries] == ["x"]
+
+
+def test_a_huge_removal_tally_is_read_to_its_first_overlong_line(tmp_path):
+    huge(tmp_path / "dropboxmq" / "removed" / "q", b"error 1\nexpired 2\n")
+    totals: dict = {}
+    assert read_by(lambda: totals.update(removed_totals(tmp_path))) < BOUNDED
+    assert totals == {"q": {"error": 1, "expired": 2}}

@@ -96,7 +96,7 @@ REPLACEABLE = (
 
 #: the CLI verbs tests/hostile_worker.py runs, by name -> arguments after --root
 CLI_VERBS: dict[str, tuple[str, ...]] = {
-    "stat": ("stat",), "stat --json": ("stat", "--json"), "browse": ("browse", "q"),
+    "stat": ("stat",), "stat --json": ("stat", "--json"), "stat --format prometheus": ("stat", "--format", "prometheus"), "browse": ("browse", "q"),
     "browse --json": ("browse", "h", "--json"), "browse --state error": ("browse", "h", "--state", "error"),
     "redrive": ("redrive", "h", "--limit", "3"), "xa list": ("xa", "list"), "audit": ("audit", "--json"),
     "recover": ("recover",), "recover --assume-unknown-dead": ("recover", "--assume-unknown-dead",
