@@ -11,10 +11,11 @@ zeros, costing no disk.  Where it goes: not in a dropbox's state directories (ho
 where a regular file is a message and PROTOCOL.md bounds no body -- a receive, browse, redrive or
 distribution reads it whole, rightly.  Everywhere else a file is a record or a stray: the doctor's
 record, registrations and their leases, transaction and XA logs, subscription records, claim
-register entries, checkpoint holds, removal tallies, Spark manifests.  The library reads a record
-through store.read_record (at most RECORD_LIMIT, 1 MiB, + 1 bytes), a log through transaction.read_lines
-(to the first line past LINE_LIMIT, 64 KiB), a lease through leases.read_from (4 KiB).  So, per
-step (each verb and entry point: tests/hostile_worker.py measures), the bytes the process reads
+register entries, checkpoint holds, removal tallies (and Spark manifests, which no step here
+reads).  The library reads a record through store.read_record (at most RECORD_LIMIT, 1 MiB, + 1
+bytes), a log or a tally through transaction.read_lines (to the first line past LINE_LIMIT,
+64 KiB), a lease through leases.read_from (4 KiB).  So, per step (each verb and entry point:
+tests/hostile_worker.py measures), the bytes the process reads
 (/proc/self/io rchar) stay within ``READ_BOUND`` (8 MiB: a verb's first-use imports and listings
 read a few hundred KiB, and a step reads a few capped records, 1 MiB + 1 each: the doctor's record
 at each of its connects, a hold) plus twice what the step delivers (bodies received or
