@@ -65,12 +65,14 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: (14, lean5shell) netfs takes AT_FDCWD as os does (store._dir_fd went): 2,745;
 #: (14, lean5core) Decision.header always set (claim's None checks went), to_wire's redundant pop: 2,742;
 #: (14, lean5api) try_claim returns the Delivery (claim.Claim went), Claimer.claim_next folded into the consumer: 2,720;
-#: up, once: the doctor's record is read up to its 1 MiB bound again (lean4shell's shared reader had lifted it): 2,725.
+#: up, once: the doctor's record is read up to its 1 MiB bound again (lean4shell's shared reader had lifted it): 2,725;
 #: up, once: (15, lean6) Registration.leased lets send, receive and ack skip a check that does nothing without a
 #: lease, sync_many fsyncs without contextlib.suppress or a generator, decide tests expiry inline (7 calls less a
 #: persistent AUTO receive, 78.1 -> 70.9, paired runs of calls_per_msg.py): 2,731; encode_name no longer checks
-#: to_wire's constant delivery count (3 calls less a send): 2,732.
-CEILING = 2732
+#: to_wire's constant delivery count (3 calls less a send): 2,732;
+#: up, once: (15, growthfuzz) records (the doctor's, subscriptions, claim register entries, holds) are read through
+#: one bounded reader, store.read_record, after the hostile fuzzer's growth check found three read whole: 2,740.
+CEILING = 2740
 
 
 def _type_checking(node: ast.stmt) -> bool:

@@ -3,7 +3,26 @@
 wrong-shaped JSON, logs naming ``../`` paths, non-UTF-8 and 255-byte names, hard links --
 then every verb and API entry point runs against them (tests/hostile_worker.py, in a child
 process with a time bound).  Each must finish, raise only documented errors, leave every file
-outside the root as it was (checksummed, and nothing added) and lose no valid message.
+outside the root as it was (checksummed, and nothing added), lose no valid message, and stay
+within a bound of what it reads and holds (a growth defect: a record read whole, however big).
+
+Growth.  Entry kind "huge" is a sparse file of ``HUGE`` (64 MiB) bytes, a JSON shape and then
+zeros, costing no disk.  Where it goes: not in a dropbox's state directories (hostile.MESSAGE_DIRS),
+where a regular file is a message and PROTOCOL.md bounds no body -- a receive, browse, redrive or
+distribution reads it whole, rightly.  Everywhere else a file is a record or a stray: the doctor's
+record, registrations and their leases, transaction and XA logs, subscription records, claim
+register entries, checkpoint holds, removal tallies (and Spark manifests, which no step here
+reads).  The library reads a record through store.read_record (at most RECORD_LIMIT, 1 MiB, + 1
+bytes), a log or a tally through transaction.read_lines (to the first line past LINE_LIMIT,
+64 KiB), a lease through leases.read_from (4 KiB).  So, per step (each verb and entry point:
+tests/hostile_worker.py measures), the bytes the process reads
+(/proc/self/io rchar) stay within ``READ_BOUND`` (8 MiB: a verb's first-use imports and listings
+read a few hundred KiB, and a step reads a few capped records, 1 MiB + 1 each: the doctor's record
+at each of its connects, a hold) plus twice what the step delivers (bodies received or
+browsed, CLI output, files written: each read once, and a step may look at a body twice), and its
+resident memory's peak within ``PEAK_BOUND`` (16 MiB: first-use imports grow it ~4 MiB) plus four
+times that (a body, its decoded and its printed copies).  A huge record read whole breaks both by
+64 MiB.
 
 Profiles: ``short`` (default, part of ``make test``: a few dozen derandomized examples) and
 ``long`` (``DROPBOXMQ_FUZZ_PROFILE=long``, run by ``make stress``: many random examples)."""
@@ -28,12 +47,16 @@ from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.connection import Connection, Settings
 from dropboxmq.lifecycle import STATE_DIRS
 from dropboxmq.store import Dropbox
-from dropboxmq_stress.hostile import INTERNAL_DIRS, JSONS, KINDS, NAMES, PLACES, REPLACEABLE
+from dropboxmq_stress import hostile
+from dropboxmq_stress.hostile import HUGE, INTERNAL_DIRS, JSONS, KINDS, MESSAGE_DIRS, NAMES, PLACES, REPLACEABLE
 
 FAST = Settings(poll_interval=0.005, scan_interval=0.01, recovery_interval=0.05)
 WORKER = Path(__file__).with_name("hostile_worker.py")
 #: every verb and entry point together finish in a few seconds; more than this is a hang
 BOUND = 120
+#: per step: bytes read and resident memory's peak growth, beyond what it delivers (docstring)
+READ_BOUND = 8 << 20
+PEAK_BOUND = 16 << 20
 
 settings.register_profile("hostile-short", max_examples=12, deadline=None, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
@@ -114,8 +137,17 @@ def plant(root: Path, outside: Path, place: str, name: bytes, kind: str, json_te
             os.link(some_message, path)
         elif kind == "hardlink-out":
             os.link(outside / "incoming" / "working" / "victim", path)
+        elif kind == "huge" and place not in MESSAGE_DIRS:  # (there a file is a message: no bound)
+            plant_huge(path, json_text)
     except OSError:
         pass  # e.g. a name the file system refuses: no entry planted
+
+
+def plant_huge(path: bytes | Path, head: bytes = b"") -> None:
+    """A sparse file of HUGE bytes: ``head`` (a record's shape) and then zeros, no disk used."""
+    with open(path, "wb") as f:
+        f.write(head)
+        os.truncate(f.fileno(), HUGE)
 
 
 def replace(root: Path, outside: Path, rel: str, kind: str) -> None:
@@ -150,6 +182,26 @@ def digest(path: Path) -> dict[str, str]:
     return out
 
 
+def run_worker(base: Path, what: str) -> dict:
+    """Every verb and entry point against ``base``/root (tests/hostile_worker.py): its report."""
+    try:
+        # receive --output-dir writes two levels down: an id holding ../../ would show beside "out"
+        done = subprocess.run([sys.executable, str(WORKER), str(base / "root"), str(base / "spool" / "in" / "out")],
+                              capture_output=True, timeout=BOUND)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"a verb hung (over {BOUND} s) {what}") from None
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    return json.loads(done.stdout)
+
+
+def overgrown(report: dict) -> list[str]:
+    """The steps past the growth bound (module docstring), one line each: step, bytes read, peak."""
+    return [f"{s['step']!r} read {s['read']:,} bytes (bound {READ_BOUND:,} + 2 x {s['delivered']:,} delivered), "
+            f"memory peak +{s['peak']:,} bytes (bound {PEAK_BOUND:,} + 4 x delivered)"
+            for s in report["steps"]
+            if s["read"] > READ_BOUND + 2 * s["delivered"] or s["peak"] > PEAK_BOUND + 4 * s["delivered"]]
+
+
 def names_under(root: Path) -> list[str]:
     return [n for _, dirs, files in os.walk(root) for n in dirs + files]
 
@@ -167,16 +219,10 @@ def test_hostile_root(plants, replacements):
         for rel, kind in replacements:
             replace(root, outside, rel, kind)
         before = digest(outside)
-        try:
-            # receive --output-dir writes two levels down: an id holding ../../ would show beside "out"
-            done = subprocess.run([sys.executable, str(WORKER), str(root), str(base / "spool" / "in" / "out")],
-                                  capture_output=True, timeout=BOUND)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"a verb hung (over {BOUND} s) with plants {plants} {replacements}") from None
-        assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
-        report = json.loads(done.stdout)
+        report = run_worker(base, f"with plants {plants} {replacements}")
         undocumented = [e for e in report["errors"] if not e["documented"]]
         assert not undocumented, json.dumps(undocumented, indent=1)[:6000]
+        assert not overgrown(report), "\n".join(overgrown(report))
         assert digest(outside) == before, "a file outside the root changed"
         assert sorted(os.listdir(base)) == ["outside", "root", "spool"], f"files beside the root: {os.listdir(base)}"
         assert os.listdir(base / "spool") == ["in"] and os.listdir(base / "spool" / "in") == ["out"], \
@@ -212,3 +258,41 @@ def test_the_coverage_table_in_stress_readme_is_the_computed_one():
     readme = Path(__file__).resolve().parent.parent / "stress" / "README.md"
     assert markdown() in readme.read_text(encoding="utf-8"), \
         "regenerate it: python -m dropboxmq_stress.hostile --markdown"
+
+
+#: each record the library reads by name, as a huge file headed by a valid record of its shape
+#: (the reader must stop, not parse its way through): place -> head.  "INODE": the inode of a
+#: message in q/incoming/target/, which the claim register names its entries by.
+HUGE_RECORDS = {
+    ".dropboxmq-doctor.json": b'{"fs_type": "ext4", "level": "supported", "reasons": [], "notes": []}',
+    "topic-root/t/.subscriptions/s.c/.subscription":
+        b'{"kind": "durable", "name": "s", "client_id": "c", "topic": "t", "selector": null, "no_local": false}',
+    "q/incoming/.claims/INODE": b'{"name": "x", "size": 5, "count": 1}',
+    "dropboxmq/holds/ghost": b"/nonexistent/checkpoint",
+    "dropboxmq/clients/ghost": b"pid=1 host=elsewhere lease=30 beat=0\n",
+    "dropboxmq/transaction/committing/ghost~s~1": b'{"kind": "send", "box": "q/incoming", "name": "x"}\n',
+    "dropboxmq/transaction/prepared/xa-0-00-0":
+        b'{"xid": {"format_id": 0, "gtrid": "00", "bqual": "00"}, "owner": "ghost", "pid": 1, "host": "h"}\n',
+    "dropboxmq/removed/q": b"error 1\n",
+}
+
+
+def test_no_step_reads_a_huge_record_whole(tmp_path):
+    """Regression (a derandomized example of kind "huge"): with every record the library reads by
+    name planted huge, no verb reads or holds more than the growth bound.  Failed, naming steps and
+    bytes, while the doctor's record (filesystems.verdict_for: every connect), a subscription
+    record (publish, subscribe, recover), a claim register entry (receive), a checkpoint hold
+    (connect), a transaction log (audit, recover), an XA log (xa list, recover) and a removal
+    tally (stat --format prometheus) were read whole."""
+    root, _, _ = build(tmp_path)
+    os.makedirs(tmp_path / "spool" / "in" / "out")
+    inode = str(sorted((root / "q" / "incoming" / "target").iterdir())[0].stat().st_ino)
+    for rel, head in HUGE_RECORDS.items():
+        path = root / rel.replace("INODE", inode)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        plant_huge(path, head)
+    report = run_worker(tmp_path, "with every record huge")
+    assert not overgrown(report), "steps read or held a huge record whole:\n" + "\n".join(overgrown(report))
+    assert not [e for e in report["errors"] if not e["documented"]]
+    assert len(report["steps"]) == len(hostile.VERBS) + 1  # (stat runs first and last)

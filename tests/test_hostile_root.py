@@ -397,3 +397,21 @@ def test_fuzz_a_log_named_after_no_possible_client_is_left_alone(root):
     recover(root)
     with Connection(root, settings=FAST, create=True) as conn:
         assert conn.create_session().create_consumer(Queue("q")).receive(timeout=5) is not None
+
+
+def test_prune_passes_over_a_state_directory_that_is_a_file(tmp_path):
+    """Found by the hostile fuzzer's long profile: retention.prune raised NotADirectoryError (no
+    documented error) when a dropbox's processed/ was a file; the other states are still pruned."""
+    from dropboxmq.retention import prune
+
+    root = tmp_path / "root"
+    with Connection(root, create=True) as conn:
+        conn.create_session().create_producer(Queue("q")).send(TextMessage(body=b"x"))
+    box = Dropbox(root / "q" / "incoming")
+    (box.path / "processed").rmdir()
+    (box.path / "processed").write_bytes(b"not a directory")
+    (name,) = os.listdir(box.path / "target")
+    os.rename(box.path / "target" / name, box.path / "error" / name)
+    result = prune(box, ["processed", "error"], 0, now=2**40)
+    assert (result.removed, os.listdir(box.path / "error")) == (1, [])
+    assert (box.path / "processed").read_bytes() == b"not a directory"

@@ -41,7 +41,7 @@ from . import codec
 from .errors import store_error
 from .lifecycle import Move, State
 from .making import replace_durably
-from .store import REGISTER, Dropbox, fsync_dir
+from .store import REGISTER, Dropbox, fsync_dir, read_record
 
 if TYPE_CHECKING:
     from .claim import Delivery
@@ -80,8 +80,8 @@ def alias_inode(pname: str) -> int | None:
 
 def _read(box: Dropbox, inode: int) -> Entry | None:
     try:
-        with open(_register(box) / str(inode), "rb") as f:
-            d = json.loads(f.read().decode("utf-8", "surrogateescape"))
+        # (a root may be hostile: no FIFO, no symlink, not a huge file read whole)
+        d = json.loads(read_record(_register(box) / str(inode)).decode("utf-8", "surrogateescape"))
         return Entry(str(d["name"]), int(d["size"]), int(d["count"]))
     except FileNotFoundError:
         return None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StoreError
-from .store import open_regular
+from .store import read_record
 
 __all__ = ["NETWORK_FILE_SYSTEMS", "FLOCK_ACROSS_MOUNTS", "file_system_type", "UnsupportedFileSystemError",
            "SUPPORTED", "SUPPORTED_WITH_LEASES", "UNSAFE", "RECORD", "Verdict", "verdict_for",
@@ -65,7 +65,6 @@ SUPPORTED_WITH_LEASES = "supported with leases"
 UNSAFE = "unsafe"
 
 RECORD = ".dropboxmq-doctor.json"
-_RECORD_LIMIT = 1 << 20  # bytes read of it: a verdict is a few hundred
 
 
 @dataclass(frozen=True)
@@ -79,11 +78,7 @@ def verdict_for(root: Path) -> Verdict | None:
     """The verdict ``dropboxmq doctor`` recorded for ``root``, or None (never probed, unreadable,
     or recorded for another file system type than the one mounted there now)."""
     try:
-        fd = open_regular(Path(root) / RECORD)  # (a root may be hostile: no FIFO, no symlink)
-        try:
-            data = json.loads(os.read(fd, _RECORD_LIMIT))  # a longer record is cut off: not JSON
-        finally:
-            os.close(fd)
+        data = json.loads(read_record(Path(root) / RECORD))  # (a root may be hostile: no FIFO, no symlink)
         if data["fs_type"] != file_system_type(Path(root)) or \
                 data["level"] not in (SUPPORTED, SUPPORTED_WITH_LEASES, UNSAFE):
             return None

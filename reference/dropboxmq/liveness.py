@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import clients, codec, filesystems, leases
-from .store import NotARegularFile, open_regular
+from .store import NotARegularFile, open_regular, read_record
 
 log = logging.getLogger("dropboxmq")
 
@@ -139,9 +139,15 @@ def _write_hold(path: Path, checkpoint: str) -> None:
 def _hold(root: Path, client_id: str) -> str | None:
     """The checkpoint holding ``client_id``'s claims ('' once released), or None: no hold."""
     try:
-        return hold_path(root, client_id).read_text(encoding="utf-8").strip()
+        return read_record(hold_path(root, client_id)).decode("utf-8").strip()
     except FileNotFoundError:
         return None
+    except (NotARegularFile, ValueError):  # a FIFO, a symlink, a huge or undecodable file: no hold of ours
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None  # a foreign name's "owner" that no hold can be named after
+        raise
 
 
 def _checkpoint_exists(checkpoint: str) -> bool:

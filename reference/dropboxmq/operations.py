@@ -25,6 +25,7 @@ from . import codec, layout
 from .lifecycle import Move, State
 from .message import Message
 from .store import Dropbox, NotARegularFile, sync_many
+from .transaction import read_lines
 
 __all__ = ["StoredMessage", "messages_in", "redrive", "record_removed", "removed_totals", "REMOVED_DIR"]
 
@@ -124,12 +125,12 @@ def removed_totals(root: Path) -> dict[str, dict[str, int]]:
         if not entry.is_file(follow_symlinks=False):
             continue
         row = totals.setdefault(codec.decode_field(entry.name), {})
-        try:
-            text = Path(entry.path).read_text(errors="replace")
+        try:  # line by line: a hostile root's huge file only to its first overlong line
+            lines = read_lines(Path(entry.path))
         except OSError:
             continue
-        for line in text.splitlines():
-            state, _, count = line.partition(" ")
+        for line in lines:
+            state, _, count = line.decode(errors="replace").strip().partition(" ")
             if count.isdigit():
                 row[state] = row.get(state, 0) + int(count)
     return totals

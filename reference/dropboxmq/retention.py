@@ -52,8 +52,8 @@ def prune(box: Dropbox, states: list[str], older_than: float, dry_run: bool = Fa
         state = TERMINAL[d]
         try:
             entries = list(os.scandir(box.dir(state)))
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # (a hostile root's file where the directory belongs holds no message)
         for entry in entries:
             if entry.name.startswith("."):
                 continue

@@ -45,7 +45,7 @@ from .message import Message, Topic, name_bytes
 from .dirs import ensure_dir
 from .making import ensure_dropbox
 from .layout import TOPIC_ROOT
-from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_regular_file
+from .store import Dropbox, NotARegularFile, fsync_dir, is_real_dir, open_regular, read_record
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
@@ -145,7 +145,7 @@ class Subscription:
         symlink, JSON of another shape)."""
         path = self.path / META
         try:
-            return _parse_info(json.loads(read_regular_file(path).decode("utf-8")))
+            return _parse_info(json.loads(read_record(path).decode("utf-8")))  # (a huge file: ValueError)
         except (NotARegularFile, ValueError, TypeError, KeyError) as exc:
             raise CorruptSubscriptionError(f"{path} is not a subscription file: {exc}") from None
 

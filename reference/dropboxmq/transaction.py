@@ -39,7 +39,7 @@ from .groupsync import sync_files
 from .dirs import is_plain_path, log_names
 from .making import replace_durably
 from .layout import transaction_dir
-from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, read_regular_file, rename_noreplace, sync_many
+from .store import Dropbox, NotARegularFile, fsync_dir, open_regular, rename_noreplace, sync_many
 
 if TYPE_CHECKING:
     from .claim import Delivery
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogEntry", "CorruptLogError", "LogStore", "TransactionLog", "Applicable", "is_inside", "is_file_name",
-    "box_in_root", "apply_moves", "roll_forward", "roll_back", "read_log", "logged_sends", "recover_log", "drop_interrupted_link",
+    "box_in_root", "apply_moves", "roll_forward", "roll_back", "LINE_LIMIT", "read_lines", "read_log", "logged_sends", "recover_log", "drop_interrupted_link",
     "TransactionRolledBackError", "TransactionInDoubtError", "session_log", "record_receive", "end_transaction",
     "rollback_session",
 ]
@@ -508,12 +508,28 @@ def roll_back(root: Path, entries: list[LogEntry], after_crash: bool = False) ->
     apply_moves(root, reversed(entries), commit=False, after_crash=after_crash)
 
 
+#: the longest log line read: ours name a dropbox and a file (255 bytes a name)
+LINE_LIMIT = 1 << 16
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """The lines of a regular file (see store.open_regular) up to the first longer than
+    LINE_LIMIT bytes (its newline included), which ends them as a torn line would: a log of any
+    length is read, but a hostile root's huge file only to its first overlong line."""
+    lines = []
+    with os.fdopen(open_regular(path), "rb") as f:
+        while line := f.readline(LINE_LIMIT + 1):
+            if len(line) > LINE_LIMIT:
+                break
+            lines.append(line)
+    return lines
+
+
 def read_log(path: Path) -> list[LogEntry]:
     """The entries of a log (a regular file: a FIFO or symlink raises NotARegularFile).
     CorruptLogError for a log this library did not write."""
     entries = []
-    text = read_regular_file(path).decode("utf-8", "surrogateescape")
-    lines = [line for line in (raw.strip() for raw in text.splitlines()) if line]
+    lines = [line for line in (raw.decode("utf-8", "surrogateescape").strip() for raw in read_lines(path)) if line]
     try:  # every line whole (the usual case): one parse for the log, not one a line
         parsed: list[object] = json.loads(f"[{','.join(lines)}]")
         if len(parsed) != len(lines):  # a line of two values ("{}, {}") is no line of ours

@@ -86,8 +86,9 @@ from dropboxmq.log_lifecycle import XA_LOG_STATES, LogMove, LogState, next_log_s
 from dropboxmq.ackmode import AckMode
 from dropboxmq.session import Session
 from dropboxmq.dirs import ensure_plain_dir
-from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_regular_file, rename_noreplace
-from dropboxmq.transaction import CorruptLogError, LogStore, apply_moves, is_file_name, is_inside, rollback_session
+from dropboxmq.store import Dropbox, NotARegularFile, fsync_dir, read_record, rename_noreplace
+from dropboxmq.transaction import (CorruptLogError, LogStore, apply_moves, is_file_name, is_inside, read_lines,
+                                   rollback_session)
 
 __all__ = [
     "LOG_PREFIX", "DEFAULT_FORMAT_ID", "XAError", "UnknownXidError", "Xid", "XAEntry", "BranchLog",
@@ -252,10 +253,9 @@ class BranchLog:
         """CorruptLogError (a ValueError) for anything but a log of ours: a FIFO or symlink,
         another shape, an entry naming a path outside the root."""
         try:
-            text = read_regular_file(path).decode("utf-8")
+            lines = [line for line in (raw.decode("utf-8") for raw in read_lines(path)) if line.strip()]
         except NotARegularFile as exc:
             raise CorruptLogError(f"{path}: {exc.strerror}") from None
-        lines = [line for line in text.splitlines() if line.strip()]
         if not lines:
             raise ValueError(f"{path}: empty xa log")
         entries = []
@@ -416,8 +416,8 @@ def _abandoned(root: Path, log: BranchLog) -> bool:
     if not log.owner or is_dead(root, log.owner):
         return True
     try:
-        reg = read_regular_file(registration_path(root, log.owner)).decode("utf-8", "replace").split()
-    except (FileNotFoundError, NotARegularFile):
+        reg = read_record(registration_path(root, log.owner)).decode("utf-8", "replace").split()
+    except (FileNotFoundError, NotARegularFile, ValueError):  # (ValueError: a huge file, no registration of ours)
         return False  # closed cleanly or never registered: a live prepare removes its own log
     return bool(log.pid) and (f"pid={log.pid}" not in reg or f"host={log.host}" not in reg)
 

@@ -18,7 +18,7 @@ from dropboxmq.layout import LOG_DIRS
 from dropboxmq.log_lifecycle import LogState
 
 
-__all__ = ["QUEUE_BOXES", "TOPIC_BOXES", "INTERNAL_DIRS", "PLACES", "KINDS", "NAMES", "JSONS", "REPLACEABLE",
+__all__ = ["QUEUE_BOXES", "TOPIC_BOXES", "INTERNAL_DIRS", "MESSAGE_DIRS", "PLACES", "KINDS", "HUGE", "NAMES", "JSONS", "REPLACEABLE",
            "CLI_VERBS", "API_STEPS", "VERBS", "coverage", "markdown", "main"]
 
 #: the dropboxes of the fuzzed root: a queue with messages, a queue of foreign drops, a topic's
@@ -32,18 +32,28 @@ INTERNAL_DIRS = ("dropboxmq", "dropboxmq/clients", "dropboxmq/holds", "dropboxmq
                  "dropboxmq/spark/streams", "dropboxmq/transaction") + tuple(
     f"dropboxmq/transaction/{d}" for d in sorted({*LOG_DIRS, *(s.value for s in LogState if s.value)}))
 
+#: the directories where a regular file is a message: its body has no bound, and a receive, a
+#: browse, a redrive or a distribution may read it whole
+MESSAGE_DIRS = tuple(f"{box}/{state}" for box in QUEUE_BOXES + TOPIC_BOXES for state in STATE_DIRS)
+
 #: every directory a hostile entry may be planted in ("" = the root itself)
 PLACES: tuple[str, ...] = (
-    tuple(f"{box}/{state}" for box in QUEUE_BOXES + TOPIC_BOXES for state in STATE_DIRS)
+    MESSAGE_DIRS
     + ("", "q", "q/incoming", "h", "h/incoming", "topic-root", "topic-root/t", "topic-root/t/.incoming",
        "topic-root/t/.subscriptions", "topic-root/t/.subscriptions/s.c",
        "topic-root/t/.subscriptions/s.c/.consumers")
     + tuple(f"{box}/.claims" for box in QUEUE_BOXES + TOPIC_BOXES)  # each dropbox's claim register
     + INTERNAL_DIRS)
 
-#: the kinds of entry planted (tests/test_hostile_fuzz.py: plant)
+#: the kinds of entry planted (tests/test_hostile_fuzz.py: plant).  "huge": a sparse regular file
+#: of HUGE bytes (a JSON shape, then zeros), planted only outside MESSAGE_DIRS: there a file is a
+#: record (registration, lease, log, subscription record, claim register entry, hold, tally, Spark
+#: manifest, the doctor's record) or a stray, and no verb may read more than a record's bound of it
 KINDS = ("file", "junk-json", "dir", "fifo", "socket", "symlink-in", "symlink-out", "symlink-out-dir",
-         "hardlink-in", "hardlink-out")
+         "hardlink-in", "hardlink-out", "huge")
+
+#: the size of a "huge" entry: far past any record the library reads (the doctor's: 1 MiB)
+HUGE = 64 << 20
 
 #: names chosen to hit edges: client ids in use, owner prefixes, '~', 255 bytes, undecodable bytes
 NAMES: tuple[bytes, ...] = (
@@ -53,6 +63,7 @@ NAMES: tuple[bytes, ...] = (
     b"recovery.lock", b"xa-0-00-0", b"target", b"s.c", b"q", b"~", b"%", b"+", b"invoice-42.xml",
     b"4.1700000000000000-0000000001.T", b"c~" + b"z" * 253,
     b"4.%2E%2E%2F%2E%2E%2Fvictim.T",  # an id that is a path
+    b".dropboxmq-doctor.json", b"0.json",  # the doctor's record in the root, a Spark manifest
 )
 
 JSONS: tuple[bytes, ...] = (
@@ -85,7 +96,7 @@ REPLACEABLE = (
 
 #: the CLI verbs tests/hostile_worker.py runs, by name -> arguments after --root
 CLI_VERBS: dict[str, tuple[str, ...]] = {
-    "stat": ("stat",), "stat --json": ("stat", "--json"), "browse": ("browse", "q"),
+    "stat": ("stat",), "stat --json": ("stat", "--json"), "stat --format prometheus": ("stat", "--format", "prometheus"), "browse": ("browse", "q"),
     "browse --json": ("browse", "h", "--json"), "browse --state error": ("browse", "h", "--state", "error"),
     "redrive": ("redrive", "h", "--limit", "3"), "xa list": ("xa", "list"), "audit": ("audit", "--json"),
     "recover": ("recover",), "recover --assume-unknown-dead": ("recover", "--assume-unknown-dead",
@@ -112,14 +123,18 @@ VERBS = tuple(CLI_VERBS) + API_STEPS
 
 def coverage() -> dict[str, dict[str, int]]:
     """directory -> entry kind -> how many verbs run against a root holding that entry there.
-    (The fuzzer plants any kind anywhere and runs every verb on every root: the product.)"""
-    return {place or "(root)": {kind: len(VERBS) for kind in KINDS} for place in PLACES}
+    (The fuzzer plants any kind anywhere, but "huge" nowhere in MESSAGE_DIRS, and runs every verb
+    on every root.)"""
+    return {place or "(root)": {kind: 0 if kind == "huge" and place in MESSAGE_DIRS else len(VERBS) for kind in KINDS}
+            for place in PLACES}
 
 
 def markdown() -> str:
     table = coverage()
+    total = sum(n for kinds in table.values() for n in kinds.values())
     lines = [f"{len(PLACES)} directories x {len(KINDS)} entry kinds x {len(VERBS)} verbs = "
-             f"{len(PLACES) * len(KINDS) * len(VERBS)} combinations (each cell: verbs run), plus "
+             f"{total} combinations (each cell: verbs run; a huge file in a state directory is a message, "
+             f"not planted), plus "
              f"{len(REPLACEABLE)} directories replaced whole (symlink out, file, FIFO), "
              f"{len(NAMES)} edge names (and random ones) and {len(JSONS)} JSON shapes.", "",
              "| directory | " + " | ".join(KINDS) + " |", "|---|" + "---:|" * len(KINDS)]
@@ -137,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown())
     else:
         print(f"{len(PLACES)} directories x {len(KINDS)} kinds x {len(VERBS)} verbs = "
-              f"{len(PLACES) * len(KINDS) * len(VERBS)}")
+              f"{sum(n for kinds in coverage().values() for n in kinds.values())}")
         for place in PLACES:
             print(place or "(root)")
     return 0
