@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from dropboxmq.cli import main as cli
 from dropboxmq.making import ensure_dropbox
 from dropboxmq.distributor import distribute
-from dropboxmq.message import Topic
+from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.retention import prune
 from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
@@ -42,3 +42,20 @@ def test_prune_skips_a_directory_quarantined_to_error_and_deletes_the_rest(root:
     assert os.listdir(incoming.path / "processed") == []
     assert (incoming.path / "error" / quarantined[0]).is_dir()  # what is no message is left alone
     assert prune(incoming, ["error"], 0).matched == 0
+
+
+
+def test_purge_leaves_a_directory_in_target_alone_and_deletes_the_messages(root: Path) -> None:
+    """Minimal program: a third party drops a directory into q1's target/ beside a message;
+    ``purge q1 --yes`` stopped at it with exit 1 ("cannot delete ...: Is a directory") and deleted
+    nothing listed after it.  Like prune, purge leaves what is no message alone."""
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
+        conn.create_session().create_producer(Queue("q1")).send(TextMessage("waiting"))
+    target = root / "q1" / "incoming" / "target"
+    (target / "0-junk").mkdir()  # listed first
+    os.mkfifo(target / "1-fifo")
+
+    result = CliRunner().invoke(cli, ["--root", str(root), "purge", "q1", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "purged 1 messages" in result.output
+    assert sorted(os.listdir(target)) == ["0-junk", "1-fifo"]
