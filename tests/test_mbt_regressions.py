@@ -59,3 +59,61 @@ def test_purge_leaves_a_directory_in_target_alone_and_deletes_the_messages(root:
     assert result.exit_code == 0, result.output
     assert "purged 1 messages" in result.output
     assert sorted(os.listdir(target)) == ["0-junk", "1-fifo"]
+
+def selective_consumer_and_a_taker(rounds: int) -> None:
+    """The tester's program: c1 consumes q1 with the selector ``n > 4`` and, in the same session,
+    without one; each round sends a message with n=0, the selective consumer's receive rejects it
+    and the other one takes it.  Every step is checked, held state included."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        client = m.start_client("c1")
+        m.open_session(client, "client")
+        m.open_consumer(0, "queue", "q1", "t", "s1", "n > 4", False)  # consumer 0: the selective one
+        m.open_consumer(0, "queue", "q1", "t", "s1", None, False)  # consumer 1: the taker
+        for _ in range(rounds):
+            m.send(0, True, "q1", "t", 4, True, 0.0, 0.0, 0)
+            m.guarantees_hold()
+            for consumer in (0, 1):
+                m.receive(consumer)
+                m.guarantees_hold()
+            m.acknowledge(0)
+            m.guarantees_hold()
+    finally:
+        m.teardown()
+
+
+def test_a_selective_consumer_does_not_keep_the_misses_others_took() -> None:
+    """Minimal program of the held-state invariant (the defect fixed in 425ffd5): with
+    ``skip &= keys.keys()`` in ``Claimer.relist`` the selective consumer's ``claimer.skip`` kept
+    every name it had rejected, one more per round, and passed its bound at round 9: "consumer 2
+    (queue of q1/incoming, selector 'n > 4', client c1) holds 15 container elements more than at
+    its creation, past its bound 6 * 1 + 8 = 14 (...); grown most: claimer.skip +9, box._plain +4,
+    claimer.keys +1"."""
+    selective_consumer_and_a_taker(rounds=20)
+
+
+def test_a_consumer_does_not_keep_the_delayed_messages_purged_from_target() -> None:
+    """Minimal program of the held-state invariant: each round sends q1 a message delayed by an
+    hour, a receive holds it back (too early) and ``dropboxmq purge q1`` deletes it.  The consumer's
+    ``claimer.deferred`` kept every purged name till its delivery time (its relisting forgot them in
+    ``skip`` only) and passed its bound at round 10: "consumer 2 (queue of q1/incoming, selector
+    None, client c1) holds 15 container elements more than at its creation, past its bound 6 * 1 +
+    8 = 14 (...); grown most: claimer.deferred +10, box._plain +2, claimer.skip +1"."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        client = m.start_client("c1")
+        m.open_session(client, "auto")
+        m.open_consumer(0, "queue", "q1", "t", "s1", None, False)
+        for _ in range(20):
+            m.send(0, True, "q1", "t", 4, True, 0.0, 3600.0, 5)
+            m.guarantees_hold()
+            m.receive(0)
+            m.guarantees_hold()
+            m.cli_purge("q1")
+            m.guarantees_hold()
+    finally:
+        m.teardown()
