@@ -658,6 +658,9 @@ class APIModel(RuleBasedStateMachine):
             self.fail(f"two live connections hold client id {client_id}")
         client = ClientModel(client_id, proc)
         self.all_clients.append(client)
+        for e in self.entries.values():  # a restart under a dead client's id may take its claims back at once
+            if e.owed_by == client_id:
+                e.allowed |= self.returned(e.allowed)
         return client
 
     def close_client(self, client: ClientModel):
