@@ -80,6 +80,7 @@ __all__ = ["MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
 TRACE_DIR: Path | None = None
 
 MAX_ATTEMPTS = 3  # deliveries before error/: small, so that dead-lettering is reached
+CLI_LIMIT = ("--max-deliveries", str(MAX_ATTEMPTS))  # the CLI's receives too (its default is the library's, 10)
 def evenly(options: tuple) -> st.SearchStrategy:
     """One of ``options``, each as likely (``sampled_from`` draws its first option far more often,
     and shrinks to it: here the first options are the simplest, the draw itself is even)."""
@@ -1157,7 +1158,7 @@ class APIModel(RuleBasedStateMachine):
         if not (self.root / box).is_dir():
             return
         out = self.base / "out" / "spool" / "in"
-        done = self.cli("receive", queue_name, "-n", "0", "--output-dir", str(out), ok=(0, 1))
+        done = self.cli("receive", queue_name, "-n", "0", "--output-dir", str(out), *CLI_LIMIT, ok=(0, 1))
         self.after_receive_on(box)
         for path in done["stdout"].splitlines():
             data = _read_regular(os.fsencode(path.strip()))
@@ -1183,7 +1184,8 @@ class APIModel(RuleBasedStateMachine):
             return
         wait = RECEIVE_WAIT if self.available(box) else 0.0
         started = _now_ms()
-        done = self.cli("receive", queue_name, "--json", "--ack-mode", ack_mode, "--timeout", str(wait), ok=(0, 3))
+        done = self.cli("receive", queue_name, "--json", "--ack-mode", ack_mode, "--timeout", str(wait), *CLI_LIMIT,
+                        ok=(0, 3))
         self.after_receive_on(box)
         lines = [json.loads(line) for line in done["stdout"].splitlines() if line.startswith("{")]
         if not lines:
