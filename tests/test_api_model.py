@@ -92,3 +92,13 @@ def test_the_programs_traces_are_behaviours_of_the_spec(tmp_path, monkeypatch):
     undecided = [v for v in verdicts if not v.decided]
     rejected = [v for v in verdicts if v.decided and not v.accepted]
     assert not rejected and not undecided, (rejected, undecided)
+
+
+def test_a_planted_growth_defect_is_reported(monkeypatch):
+    """A consumer that never forgets the names its selector rejected (the ``skip`` defect fixed in
+    425ffd5, planted): the held-state invariant names the consumer and what grew."""
+    from test_mbt_regressions import selective_consumer_and_a_taker
+
+    monkeypatch.setenv(PLANT_ENV, "selector-misses-kept")
+    with pytest.raises(Defect, match=r"consumer \d+ \(queue of q1/incoming, selector 'n > 4'.*claimer\.skip \+"):
+        selective_consumer_and_a_taker(rounds=20)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from dropboxmq.cli import main as cli
 from dropboxmq.making import ensure_dropbox
 from dropboxmq.distributor import distribute
-from dropboxmq.message import Topic
+from dropboxmq.message import Queue, TextMessage, Topic
 from dropboxmq.retention import prune
 from dropboxmq.connection import Connection
 from dropboxmq.store import Dropbox
@@ -42,3 +42,78 @@ def test_prune_skips_a_directory_quarantined_to_error_and_deletes_the_rest(root:
     assert os.listdir(incoming.path / "processed") == []
     assert (incoming.path / "error" / quarantined[0]).is_dir()  # what is no message is left alone
     assert prune(incoming, ["error"], 0).matched == 0
+
+
+
+def test_purge_leaves_a_directory_in_target_alone_and_deletes_the_messages(root: Path) -> None:
+    """Minimal program: a third party drops a directory into q1's target/ beside a message;
+    ``purge q1 --yes`` stopped at it with exit 1 ("cannot delete ...: Is a directory") and deleted
+    nothing listed after it.  Like prune, purge leaves what is no message alone."""
+    with Connection(root, client_id="c", settings=FAST, create=True) as conn:
+        conn.create_session().create_producer(Queue("q1")).send(TextMessage("waiting"))
+    target = root / "q1" / "incoming" / "target"
+    (target / "0-junk").mkdir()  # listed first
+    os.mkfifo(target / "1-fifo")
+
+    result = CliRunner().invoke(cli, ["--root", str(root), "purge", "q1", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "purged 1 messages" in result.output
+    assert sorted(os.listdir(target)) == ["0-junk", "1-fifo"]
+
+def selective_consumer_and_a_taker(rounds: int) -> None:
+    """The tester's program: c1 consumes q1 with the selector ``n > 4`` and, in the same session,
+    without one; each round sends a message with n=0, the selective consumer's receive rejects it
+    and the other one takes it.  Every step is checked, held state included."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        client = m.start_client("c1")
+        m.open_session(client, "client")
+        m.open_consumer(0, "queue", "q1", "t", "s1", "n > 4", False)  # consumer 0: the selective one
+        m.open_consumer(0, "queue", "q1", "t", "s1", None, False)  # consumer 1: the taker
+        for _ in range(rounds):
+            m.send(0, True, "q1", "t", 4, True, 0.0, 0.0, 0)
+            m.guarantees_hold()
+            for consumer in (0, 1):
+                m.receive(consumer)
+                m.guarantees_hold()
+            m.acknowledge(0)
+            m.guarantees_hold()
+    finally:
+        m.teardown()
+
+
+def test_a_selective_consumer_does_not_keep_the_misses_others_took() -> None:
+    """Minimal program of the held-state invariant (the defect fixed in 425ffd5): with
+    ``skip &= keys.keys()`` in ``Claimer.relist`` the selective consumer's ``claimer.skip`` kept
+    every name it had rejected, one more per round, and passed its bound at round 9: "consumer 2
+    (queue of q1/incoming, selector 'n > 4', client c1) holds 15 container elements more than at
+    its creation, past its bound 6 * 1 + 8 = 14 (...); grown most: claimer.skip +9, box._plain +4,
+    claimer.keys +1"."""
+    selective_consumer_and_a_taker(rounds=20)
+
+
+def test_a_consumer_does_not_keep_the_delayed_messages_purged_from_target() -> None:
+    """Minimal program of the held-state invariant: each round sends q1 a message delayed by an
+    hour, a receive holds it back (too early) and ``dropboxmq purge q1`` deletes it.  The consumer's
+    ``claimer.deferred`` kept every purged name till its delivery time (its relisting forgot them in
+    ``skip`` only) and passed its bound at round 10: "consumer 2 (queue of q1/incoming, selector
+    None, client c1) holds 15 container elements more than at its creation, past its bound 6 * 1 +
+    8 = 14 (...); grown most: claimer.deferred +10, box._plain +2, claimer.skip +1"."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        client = m.start_client("c1")
+        m.open_session(client, "auto")
+        m.open_consumer(0, "queue", "q1", "t", "s1", None, False)
+        for _ in range(20):
+            m.send(0, True, "q1", "t", 4, True, 0.0, 3600.0, 5)
+            m.guarantees_hold()
+            m.receive(0)
+            m.guarantees_hold()
+            m.cli_purge("q1")
+            m.guarantees_hold()
+    finally:
+        m.teardown()

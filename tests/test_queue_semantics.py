@@ -79,6 +79,25 @@ def test_a_selective_consumer_forgets_the_misses_that_left_target(root):
         assert picky.claimer.skip == set()
 
 
+def test_a_consumer_forgets_the_held_back_names_that_left_target(root):
+    """A message held back (delivery delay) and then purged from target/ is forgotten at the next
+    listing: a long-running consumer does not keep, till its delivery time, every delayed message
+    an operator purged, nor wake for it (next_retry_in).  Found by the API tester's held-state bound."""
+    with Connection(root, "a", FAST, create=True) as c:
+        s = c.create_session()
+        p = s.create_producer(c.create_queue("Q1"))
+        consumer = s.create_consumer(Q)
+        for _ in range(3):
+            p.send(TextMessage("later"), delivery_delay=3600)
+            assert consumer.receive(0) is None  # held back: its delivery time is an hour away
+        assert len(consumer.claimer.deferred) == 3
+        box = layout.queue_box(root, Q)
+        for name in box.list(State.NEW):
+            assert box.move(Move.PURGE, State.NEW, name)  # what ``dropboxmq purge Q1`` does
+        assert consumer.receive(0) is None  # lists target/ again
+        assert consumer.claimer.deferred == {} and consumer.next_retry_in() is None
+
+
 def test_auto_listener_acked_after_on_message_returns(root):
     seen_during: list[tuple[list, list]] = []
     done = threading.Event()

@@ -110,6 +110,10 @@ class Claimer:
             order = order + fresh if order else fresh
             order.sort(key=keys.__getitem__)
         self._order = order
+        deferred = self.deferred
+        if deferred:  # held back, then purged or taken by another session: no memory of it, no wake-up
+            for n in [n for n in deferred if n not in keys]:
+                del deferred[n]
         skip = self.skip
         if skip:
             skip.intersection_update(keys.keys())  # (``&=`` would bind a new set: self.skip kept growing)

@@ -1372,7 +1372,11 @@ def purge(ctx, queue, states, yes) -> None:
     for d in states:
         st = State(d)
         for name in box.list(st):
-            if box.move(Move.PURGE, st, name):
+            try:
+                regular = stat_module.S_ISREG(os.lstat(box.file(st, name)).st_mode)
+            except FileNotFoundError:
+                continue  # taken meanwhile
+            if regular and box.move(Move.PURGE, st, name):  # (no message, e.g. a directory: left alone)
                 removed += 1
                 per_state[d] = per_state.get(d, 0) + 1
     record_removed(ctx.obj["root"], queue, per_state)

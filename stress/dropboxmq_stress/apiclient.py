@@ -10,17 +10,21 @@ the public API of ``dropboxmq``.
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
+import logging
 import sys
 import threading
 import traceback
-from pathlib import Path
+import types
+from pathlib import Path, PurePath
 from typing import Any
 
 from dropboxmq import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, Connection, DeliveryMode,
-                       DropboxMQError, Message, Queue, Settings, TextMessage, Topic)
+                       DropboxMQError, Message, MessageConsumer, Queue, Session, Settings, TextMessage, Topic)
 
-__all__ = ["MODES", "PLANT_ENV", "client_settings", "describe", "Client", "plant_bug", "main"]
+__all__ = ["MODES", "PLANT_ENV", "client_settings", "describe", "held_state", "Client", "plant_bug", "main"]
 
 MODES = {"auto": AUTO_ACKNOWLEDGE, "client": CLIENT_ACKNOWLEDGE, "dups": DUPS_OK_ACKNOWLEDGE}
 
@@ -39,12 +43,63 @@ def describe(msg: Message) -> dict[str, Any]:
             "delivery_time": msg.delivery_time}
 
 
+#: values that hold no state of their own: not walked, not counted
+_ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), PurePath, memoryview, range)
+#: what a consumer or a session uses but does not own: code, shared constants, synchronisation,
+#: and the objects the other measures are of
+_NOT_OWNED = (types.ModuleType, type, enum.Enum, logging.Logger, threading.Thread, threading.Event,
+              threading.Condition, type(threading.Lock()), type(threading.RLock()), Connection, Session,
+              MessageConsumer, Settings)
+_CONTAINERS = (dict, list, tuple, set, frozenset, collections.deque)
+
+
+def held_state(owner: object, foreign: tuple[object, ...] = ()) -> dict[str, int]:
+    """How much state ``owner`` (a live consumer or session) holds: the number of elements of every
+    container reachable from it, summed per attribute path (``claimer.skip``, ``unacked[].message
+    .properties``: ``[]`` stands for any element of a container).
+
+    The walk is reflective (no private name of the library is imported): from ``owner`` it follows
+    each attribute (``__dict__`` and ``__slots__``) and each element of a dict (keys and values),
+    list, tuple, set, frozenset or deque, once per object (a cycle or a shared object is counted
+    once).  It stops at what the owner uses but does not own: another session or consumer (each has
+    its own measure), the connection and its settings, modules, classes, enum members, loggers,
+    threads and locks, and anything callable (functions, bound methods, a module-level cache such as
+    the selector parser's); strings, numbers and paths are values, counted as one element of their
+    container and not walked.  A shared object reached from two owners (a cached selector) is counted
+    in both: a constant, which the tester's baseline (the measure at creation) absorbs.  ``foreign``:
+    more objects it does not own (a session's deliveries name their consumer's dropbox)."""
+    counts: dict[str, int] = {}
+    seen = {id(owner), *map(id, foreign)}
+    stack: list[tuple[object, str]] = [(owner, "")]
+    while stack:
+        obj, path = stack.pop()
+        if isinstance(obj, _CONTAINERS):
+            counts[path or "."] = counts.get(path or ".", 0) + len(obj)
+            items = [x for kv in obj.items() for x in kv] if isinstance(obj, dict) else list(obj)
+            children = [(x, f"{path}[]") for x in items]
+        else:
+            names = list(getattr(obj, "__dict__", {}))
+            for cls in type(obj).__mro__:
+                slots = cls.__dict__.get("__slots__", ())
+                names += [slots] if isinstance(slots, str) else list(slots)
+            children = [(getattr(obj, n), f"{path}.{n}".lstrip(".")) for n in names
+                        if n not in ("__dict__", "__weakref__") and hasattr(obj, n)]
+        for child, child_path in children:
+            if id(child) in seen or isinstance(child, _ATOMS) or isinstance(child, _NOT_OWNED) or (
+                    callable(child) and not isinstance(child, _CONTAINERS)):
+                continue
+            seen.add(id(child))
+            stack.append((child, child_path))
+    return counts
+
+
 class Client:
     def __init__(self, root: Path, client_id: str, max_attempts: int):
         self.root, self.client_id, self.settings = root, client_id, client_settings(max_attempts)
         self.conn: Connection | None = None
         self.sessions: dict[int, Any] = {}
         self.consumers: dict[int, Any] = {}
+        self.boxes: list[Any] = []  # every consumer's dropbox: not a session's (op_measure)
 
     def op_connect(self, cmd: dict) -> dict:
         self.conn = Connection(self.root, client_id=self.client_id, settings=self.settings, create=True)
@@ -53,15 +108,15 @@ class Client:
     def op_session(self, cmd: dict) -> dict:
         assert self.conn is not None
         mode = cmd["mode"]
-        self.sessions[cmd["sid"]] = (self.conn.create_session(transacted=True) if mode == "tx"
-                                     else self.conn.create_session(ack_mode=MODES[mode]))
-        return {}
+        session = self.sessions[cmd["sid"]] = (self.conn.create_session(transacted=True) if mode == "tx"
+                                               else self.conn.create_session(ack_mode=MODES[mode]))
+        return {"held": held_state(session, tuple(self.boxes))}
 
     def op_consumer(self, cmd: dict) -> dict:
         session, kind, dest = self.sessions[cmd["sid"]], cmd["kind"], cmd["dest"]
         selector = cmd.get("selector")
         if kind == "queue":
-            consumer = session.create_consumer(Queue(dest))
+            consumer = session.create_consumer(Queue(dest), selector)
         elif kind == "nondurable":
             consumer = session.create_consumer(Topic(dest), selector, cmd.get("no_local", False))
         elif kind == "durable":
@@ -71,7 +126,8 @@ class Client:
         else:
             consumer = session.create_shared_durable_consumer(Topic(dest), cmd["sub"], selector)
         self.consumers[cmd["cid"]] = consumer
-        return {"box": str(Path(consumer.box.path).relative_to(self.root))}
+        self.boxes.append(consumer.box)
+        return {"box": str(Path(consumer.box.path).relative_to(self.root)), "held": held_state(consumer)}
 
     def op_send(self, cmd: dict) -> dict:
         session = self.sessions[cmd["sid"]]
@@ -145,6 +201,19 @@ class Client:
         return {"status": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
                 "traceback": "".join(traceback.format_exception(result.exception)) if crashed else ""}
 
+    def op_measure(self, cmd: dict) -> dict:
+        """``held_state`` of each open session and consumer of this process, by the tester's ids."""
+        sessions, consumers = {}, {}
+        for sid, s in self.sessions.items():
+            with s.lock:  # (a listener's dispatcher thread changes its session under this lock)
+                if not s.closed:
+                    sessions[sid] = held_state(s, tuple(self.boxes))
+        for cid, c in self.consumers.items():
+            with c.session.lock:
+                if not c.closed:
+                    consumers[cid] = held_state(c)
+        return {"sessions": sessions, "consumers": consumers}
+
     def op_close(self, cmd: dict) -> dict:
         if self.conn is not None:
             self.conn.close()
@@ -185,6 +254,17 @@ def plant_bug(name: str) -> None:
                 path.unlink()
 
         Session.recover = losing_recover  # type: ignore[method-assign]
+    elif name == "selector-misses-kept":  # 162206d's defect: a consumer never forgets its selector's misses
+        from dropboxmq.claim import Claimer
+
+        relist = Claimer.relist
+
+        def keeping_misses(self: Any) -> None:
+            kept = set(self.skip)
+            relist(self)
+            self.skip |= kept  # what ``skip &= keys.keys()`` did: the pruned set was a new local one
+
+        Claimer.relist = keeping_misses  # type: ignore[method-assign]
     else:
         raise SystemExit(f"unknown planted bug {name!r}")
 
