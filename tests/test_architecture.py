@@ -71,8 +71,10 @@ QUEUE_PATH = ("connection", "session", "producer", "consumer")
 #: persistent AUTO receive, 78.1 -> 70.9, paired runs of calls_per_msg.py): 2,731; encode_name no longer checks
 #: to_wire's constant delivery count (3 calls less a send): 2,732;
 #: up, once: (15, growthfuzz) records (the doctor's, subscriptions, claim register entries, holds) are read through
-#: one bounded reader, store.read_record, after the hostile fuzzer's growth check found three read whole: 2,740.
-CEILING = 2740
+#: one bounded reader, store.read_record, after the hostile fuzzer's growth check found three read whole: 2,740;
+#: up, once: (15, growthmbt) a relisting forgets held-back names that left target/ (Claimer.deferred kept them
+#: until their delivery time; the API tester's held-state bound found the class): 2,744.
+CEILING = 2744
 
 
 def _type_checking(node: ast.stmt) -> bool:
