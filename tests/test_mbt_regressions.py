@@ -117,3 +117,40 @@ def test_a_consumer_does_not_keep_the_delayed_messages_purged_from_target() -> N
             m.guarantees_hold()
     finally:
         m.teardown()
+
+
+def test_receive_output_dir_writes_a_message_whose_id_fills_255_bytes(root: Path, tmp_path: Path) -> None:
+    """A foreign name of 255 bytes that is no 1.2 name is a legal message whose id is the whole
+    name (N-3, N-8).  ``receive -n 0 --output-dir`` wrote it first to ``.<id>.part`` -- 261 bytes --
+    and stopped with exit 1 ("File name too long"), the message back in target/, every run."""
+    Connection(root, client_id="c", settings=FAST, create=True).close()
+    box = ensure_dropbox(Dropbox(root / "q2" / "incoming"))
+    names = [("ghost~1-" + "g" * 255)[:255], ("report-2-" + "r" * 255)[:250], "invoice-3.xml"]
+    for i, name in enumerate(names):
+        (box.path / "target" / name).write_bytes(b"body %d" % i)
+    out = tmp_path / "out"
+
+    result = CliRunner().invoke(cli, ["--root", str(root), "receive", "q2", "-n", "0", "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(result.output.split()) == sorted(str(out / name) for name in names)
+    assert sorted(os.listdir(out)) == sorted(names)  # no .part left behind
+    assert [(out / name).read_bytes() for name in names] == [b"body 0", b"body 1", b"body 2"]
+    assert os.listdir(box.path / "target") == [] and os.listdir(box.path / "processing") == []
+
+
+def test_the_tester_drains_a_255_byte_tilde_name_to_a_directory() -> None:
+    """The tester's minimal program (it stopped most long-profile runs): a third party drops
+    ``ghost~N-ggg...`` (255 bytes) into q2's target/, then ``dropboxmq receive q2 -n 0
+    --output-dir D``: "receive --output-dir -n 0 left mbt-1 waiting".  The ``~`` is not the cause
+    (the library claims it under an alias and reads the whole name as its id); the 261-byte
+    ``.part`` file was."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        m.drop_foreign(False, "q2", "t", "tilde", 255)
+        m.guarantees_hold()
+        m.cli_receive_to_directory("q2")
+        m.guarantees_hold()
+    finally:
+        m.teardown()

@@ -914,10 +914,24 @@ def _output_file_name(message_id: str) -> str:
     return name
 
 
+def _partial_file_name(name: str) -> str:
+    """The hidden name --output-dir writes ``name`` under before its rename: ``.<name>.part``, or,
+    when that would pass 255 bytes (an id of 250 bytes or more is legal, N-3/N-8), a digest of
+    ``name`` -- the same for every try of one message, so a retry overwrites what a crash left."""
+    import hashlib
+
+    from . import codec
+
+    partial = f".{name}.part"
+    if len(os.fsencode(partial)) <= codec.MAX_NAME_BYTES:
+        return partial
+    return f".{hashlib.sha256(os.fsencode(name)).hexdigest()[:32]}.part"
+
+
 def _directory_handler(directory: Path):
     def write(msg, body) -> bool:
         name = _output_file_name(msg.message_id)
-        final, partial = directory / name, directory / f".{name}.part"
+        final, partial = directory / name, directory / _partial_file_name(name)
         try:
             with open(partial, "wb") as out:
                 shutil.copyfileobj(body, out, 1 << 20)
