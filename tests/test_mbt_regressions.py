@@ -154,3 +154,60 @@ def test_the_tester_drains_a_255_byte_tilde_name_to_a_directory() -> None:
         m.guarantees_hold()
     finally:
         m.teardown()
+
+
+def test_the_tester_reads_the_count_of_a_topic_copy_claimed_under_an_alias() -> None:
+    """Seen once in a long run: "mbt-2 of topic-root/t/.subscriptions/s2.c1 is in processing:c1 with
+    delivery count 0 in its name; the model expects [1]".  Minimal program: c1's durable
+    subscription s2 to t; a third party drops a foreign name with no room for a count into t's
+    .incoming/; ``dropboxmq distribute`` copies it (same name) to s2.c1; c1 receives it.  The
+    library claims it as ``c1~#<inode>`` and keeps the count in the claim register (claims.py;
+    N-7: a processing/ name MAY carry the count); the model read the count from the name only, and
+    took the copy for a name with room.  Now it reads the register too: the count is still checked,
+    here 1, then 2 after a recover (target/<name> again, the count in the register)."""
+    from dropboxmq_stress.apitester import APIModel
+
+    for kind, length in (("invoice", 255), ("long-foreign", 240), ("long-v12", 255)):
+        m = APIModel()
+        try:
+            client = m.start_client("c1")
+            m.open_session(client, "client")
+            m.open_consumer(0, "durable", "q1", "t", "s2", None, False)
+            m.drop_foreign(True, "q1", "t", kind, length)
+            m.cli_distribute()
+            m.guarantees_hold()
+            for _ in range(2):
+                m.receive(0)
+                m.guarantees_hold()
+                m.recover(0)
+                m.guarantees_hold()
+            m.receive(0)
+            m.guarantees_hold()
+            copy = m.entries[("topic-root/t/.subscriptions/s2.c1", "mbt-1")]
+            assert copy.allowed == {("processing:c1", 3)}, (kind, copy.allowed)
+        finally:
+            m.teardown()
+
+
+def test_the_tester_reads_the_count_of_a_name_with_no_room_for_the_owner_prefix() -> None:
+    """The same mistake on a queue: a 233-byte 1.2 name has room for ``JMSXDeliveryCountI=1`` but
+    not for the ``c1~`` before it, so it is claimed under an alias too; the model failed at the
+    first receive ("mbt-1 of q1/incoming is in processing:c1 with delivery count 0 in its name")."""
+    from dropboxmq_stress.apitester import APIModel
+
+    m = APIModel()
+    try:
+        client = m.start_client("c1")
+        m.open_session(client, "client")
+        m.open_consumer(0, "queue", "q1", "t", "s1", None, False)
+        m.drop_foreign(False, "q1", "t", "long-v12", 233)
+        for _ in range(2):
+            m.receive(0)
+            m.guarantees_hold()
+            m.recover(0)
+            m.guarantees_hold()
+        m.receive(0)
+        m.guarantees_hold()
+        assert m.entries[("q1/incoming", "mbt-1")].allowed == {("processing:c1", 3)}
+    finally:
+        m.teardown()

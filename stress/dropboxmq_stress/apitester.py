@@ -70,8 +70,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
                                  precondition, rule)
 
-from dropboxmq import TextMessage, codec, ids
+from dropboxmq import TextMessage, claims, codec, ids
+from dropboxmq.lifecycle import State
 from dropboxmq.selector import selector_for
+from dropboxmq.store import Dropbox
 
 __all__ = ["MAX_ATTEMPTS", "Defect", "Figures", "FIGURES", "APIModel", "run",
            "register_profiles", "main"]
@@ -546,7 +548,10 @@ class APIModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ observation
     def observe(self) -> dict[Key, list[tuple[str, int, str]]]:
-        """Every message file under the root: (box, token) -> [(state, n, name)]."""
+        """Every message file under the root: (box, token) -> [(state, n, name)].  ``n`` is the
+        delivery count where the library keeps it: in the name, or, for a name with no room for
+        the count or for the owner prefix behind it, in the dropbox's claim register (claims.py;
+        the claim is an alias ``<owner>~#<inode>``, its name carries no count, N-7)."""
         found: dict[Key, list[tuple[str, int, str]]] = {}
         stray: list[str] = []
         for dirpath, dirnames, _ in os.walk(self.root):
@@ -558,6 +563,8 @@ class APIModel(RuleBasedStateMachine):
             if box.startswith("dropboxmq"):
                 continue
             dirnames[:] = []
+            dropbox = Dropbox(os.path.dirname(dirpath))
+            registered = dropbox.register_inodes() if state in ("target", "processing") else frozenset()
             for name in os.listdir(dirpath):
                 data = _read_regular(os.path.join(os.fsencode(dirpath), os.fsencode(name)))
                 if data is None:
@@ -571,7 +578,9 @@ class APIModel(RuleBasedStateMachine):
                 if state == "processing":
                     owner, _ = codec.split_processing_name(name)
                     label = f"processing:{owner}" if owner is not None else "processing:?"
-                found.setdefault((box, token), []).append((label, codec.name_delivery_count(name), name))
+                entry = claims.lookup(dropbox, State(state), name, registered)
+                n = codec.name_delivery_count(name) if entry is None else entry.count
+                found.setdefault((box, token), []).append((label, n, name))
         if stray:
             self.fail(f"files no message of the model explains: {stray}")
         return found
@@ -601,8 +610,8 @@ class APIModel(RuleBasedStateMachine):
                           + (" (a committed message lost)" if state == "absent" else ""))
             if state in ("target",) or state.startswith("processing:"):
                 if e.count_in_name and all(m[1] != n for m in match):
-                    self.fail(f"{e.token} of {e.box} is in {state} with delivery count {n} in its name; the model "
-                              f"expects {sorted(m[1] for m in match)}")
+                    self.fail(f"{e.token} of {e.box} is in {state} with delivery count {n} in its name (or its "
+                              f"claim register entry); the model expects {sorted(m[1] for m in match)}")
                 e.allowed = {m for m in match if m[1] == n} or set(match)
             else:
                 e.allowed = set(match)
@@ -1293,7 +1302,9 @@ class APIModel(RuleBasedStateMachine):
                 continue
             for name in os.listdir(d):
                 if _read_regular(os.path.join(os.fsencode(d), os.fsencode(name))) == e.token.encode():
-                    out.append(codec.with_delivery_count(codec.split_processing_name(name)[1], None))
+                    aliased = claims.original_name(Dropbox(d.parent), name) if state == "processing" else None
+                    plain = aliased or codec.split_processing_name(name)[1]
+                    out.append(codec.with_delivery_count(plain, None))
         return out
 
     def drop_junk(self, to_topic: bool, queue_name: str, topic: str, kind: str, name: str):
