@@ -1017,3 +1017,37 @@ def test_progress_steps_once_per_scenario_as_it_ends(tmp_path):
                     stepped=lambda: steps.append(len(seen)))
     assert [s.split(": ", 1)[1] for s in seen] == planned
     assert steps == list(range(1, len(planned) + 1))  # each step right after its own scenario
+
+
+#: names an alias claim is made for (N-10): a foreign name, an N-1 name of 255 bytes, and one of 250
+#: bytes already carrying a count (redelivered before): its stamped claim does not fit behind a prefix
+FOREIGN, LONG = "invoice-42.xml", "4.1700000000000000-0000000001." + "x" * 223 + ".T"
+COUNTED = "4.1700000000000000-0000000001.T.....JMSXDeliveryCountI=1&p" + "x" * 190 + "=a"
+
+
+def _alias_life(name: str, *tail: tuple[str, str], box="Q1/incoming") -> list[dict]:
+    alias = f"{box}/processing/c~#123"
+    recs = _life(name)[:3] + [{"op": "rename", "src": f"{box}/target/{name}", "dst": alias}]
+    return _seq(recs + [{"op": "rename", "src": f"{box}/{s}".replace("ALIAS", alias[len(box) + 1:]),
+                         "dst": f"{box}/{d}".replace("ALIAS", alias[len(box) + 1:])} for s, d in tail])
+
+
+@pytest.mark.parametrize("name", [FOREIGN, LONG, COUNTED])
+def test_replay_accepts_the_alias_claims_the_reference_makes(name):
+    assert len(LONG.encode()) == 255 and R.count_of(f"Q1/incoming/target/{COUNTED}") == 1
+    lives = [
+        _alias_life(name, ("ALIAS", f"processed/{name}")),  # ack under the entry's name
+        _alias_life(name, ("ALIAS", f"target/{name}"), (f"target/{name}", "ALIAS"), ("ALIAS", f"error/{name}")),
+        _alias_life(name, ("ALIAS", f"expired/{name}")),
+        _alias_life(name, ("ALIAS", "error/c~#123")),  # the entry was lost: dead-lettered for an operator
+    ]
+    for recs in lives:
+        res = R.replay(recs)
+        assert res.ok, res.violation and res.violation.reason
+
+
+@pytest.mark.parametrize("name", [FOREIGN, LONG])
+def test_replay_rejects_an_alias_claim_redelivered_under_its_alias_name(name):
+    """N-11: a recoverer written from N-9 alone would give processing/c~#123 back as target/#123, a new id."""
+    v = R.replay(_alias_life(name, ("ALIAS", "target/#123"))).violation
+    assert v is not None and v.seq == 4 and "N-11" in v.reason

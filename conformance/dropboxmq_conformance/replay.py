@@ -75,6 +75,12 @@ def original_name(name: str) -> str:
     return grammar.split_claimed(name)[1]
 
 
+def is_alias(name: str) -> bool:
+    """N-10: a (claimed) name or its path that is an alias claim's, ``#<inode>`` after the owner's ``~``."""
+    rest = original_name(leaf(name))
+    return rest[:1] == "#" and rest[1:].isdigit()
+
+
 def message_id(name: str) -> str:
     """The JMSMessageID a (claimed) name stands for."""
     return grammar.message_id(name)
@@ -246,7 +252,8 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             dead.discard(owner_of(locate(path)) or "")  # a claim under a dead client's id: restarted
             if tr.deliveries is not None:
                 tr.deliveries += 1
-        if src is not None and path is not None and tr.deliveries is not None:
+        # an alias claim's name carries no count (N-10: the claim register holds it): not judged
+        if src is not None and path is not None and tr.deliveries is not None and not (is_alias(src) or is_alias(path)):
             before, after = count_of(src), count_of(path)
             # R-4: a Redeliver that writes no count is legal (R-2, a SHOULD, is the kill9 checks' job)
             silent_redelivery = moves[0] is Move.REDELIVER and after == 0
@@ -333,6 +340,11 @@ def replay(records: list[dict], *, ack_removes: bool = False, purge: bool = True
             if sloc is not None and sloc.box != dloc.box:
                 fail(rec, tr, f"moved between dropboxes ({sloc.box} -> {dloc.box}); a message never leaves "
                      "its dropbox", rec["dst"])
+                return res
+            if dloc.state is State.NEW and is_alias(dloc.name):
+                fail(rec, tr, f"went back to target/ under the alias name {dloc.name!r}: an alias claim returns "
+                     "under its claim register entry's name, or is dead-lettered (N-11); as #<inode> it is a "
+                     "new message id", rec["dst"])
                 return res
             if not apply(tr, dloc.state, rec, rec["dst"], rec["src"] if sloc is not None else None):
                 return res
