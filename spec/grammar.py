@@ -195,6 +195,13 @@ def split_claimed(name: str) -> tuple[str | None, str]:
     return decode_field(head), rest
 
 
+def is_alias(name: str) -> bool:
+    """N-10: a claimed name (or its path) that is an alias claim's: ``#<inode>`` after the owner's ``~``.
+    It carries no count (the claim register holds it) and no message id of its own."""
+    rest = split_claimed(leaf(name))[1]
+    return rest[:1] == "#" and rest[1:].isdigit()
+
+
 def claimed_name(client_id: str, name: str) -> str:
     """N-9: the processing/ name of ``client_id``'s claim of ``name``."""
     return f"{encode_field(client_id)}~{name}"

@@ -1051,3 +1051,19 @@ def test_replay_rejects_an_alias_claim_redelivered_under_its_alias_name(name):
     """N-11: a recoverer written from N-9 alone would give processing/c~#123 back as target/#123, a new id."""
     v = R.replay(_alias_life(name, ("ALIAS", "target/#123"))).violation
     assert v is not None and v.seq == 4 and "N-11" in v.reason
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
+def test_tlc_accepts_the_alias_claims_the_reference_makes(tmp_path):
+    """A 255-byte name claimed under an alias (N-10), acked, or redelivered, claimed again and acked:
+    the excerpt keeps the alias's moves (it has no message name of its own) and the model's count
+    across an alias is the register's, which the trace does not show."""
+    cases = {"ack": _alias_life(LONG, ("ALIAS", f"processed/{LONG}")),
+             "back": _alias_life(LONG, ("ALIAS", f"target/{LONG}"), (f"target/{LONG}", "ALIAS"),
+                                 ("ALIAS", f"processed/{LONG}"))}
+    jobs = [R.tlc_job(k, recs, tmp_path / k) for k, recs in cases.items()]
+    assert all(len([r for r in j.records if r["op"] == "rename"]) == len([r for r in cases[j.key] if r["op"] == "rename"])
+               for j in jobs)  # no move of the message left out of what TLC judges
+    out = R.run_tlc_jobs(jobs, timeout=300)
+    assert {k: o.status for k, o in out.items()} == {"ack": "pass", "back": "pass"}, out

@@ -61,7 +61,7 @@ from dropboxmq_spec import tlc_traces
 from dropboxmq.lifecycle import IllegalMove, Move, State, next_state
 from dropboxmq.trace_rules import COUNT_RULES, count_ok, move_between
 from dropboxmq_spec import grammar
-from dropboxmq_spec.grammar import KILL, Loc, leaf, locate, locate_log, owner_of
+from dropboxmq_spec.grammar import KILL, Loc, is_alias, leaf, locate, locate_log, owner_of
 
 #: the ops of a trace record that concern a file
 FILE_OPS = ("create", "close_write", "rename", "delete")
@@ -73,12 +73,6 @@ RECORD = "Record"
 def original_name(name: str) -> str:
     """The name as sent: a claimed name without its <client>~ prefix (N-9)."""
     return grammar.split_claimed(name)[1]
-
-
-def is_alias(name: str) -> bool:
-    """N-10: a (claimed) name or its path that is an alias claim's, ``#<inode>`` after the owner's ``~``."""
-    rest = original_name(leaf(name))
-    return rest[:1] == "#" and rest[1:].isdigit()
 
 
 def message_id(name: str) -> str:
@@ -467,6 +461,7 @@ def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[
     ``purge: False`` unless ``purge`` (only an operator purges)."""
     out = []
     logs = log_boxes(records)
+    aliases: set[str] = set()  # alias claims (N-10) of messages kept: their moves are the message's
     for rec in records:
         if death_of(rec) is not None:  # a death concerns every dropbox
             out.append(_with_unnamed_owner(rec))
@@ -480,7 +475,11 @@ def message_excerpt(records: list[dict], box: str, purge: bool = False) -> list[
             continue
         paths = [rec.get("path"), rec.get("src"), rec.get("dst")]
         locs = [locate(p) for p in paths if p]
-        if any(loc is not None and loc.box == box for loc in locs) and _is_message(paths[0] or paths[1] or ""):
+        src = paths[1] or ""
+        kept = src in aliases if is_alias(src) else _is_message(paths[0] or src)
+        if any(loc is not None and loc.box == box for loc in locs) and kept:
+            if is_alias(paths[2] or ""):
+                aliases.add(paths[2])  # type: ignore[arg-type]
             if rec["op"] == "delete" and not purge and actor_of(rec) == IMPLEMENTATION:
                 rec = dict(rec, purge=False)
             out.append(_with_unnamed_owner(rec))
