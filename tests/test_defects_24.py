@@ -416,3 +416,19 @@ def test_3_recovery_clears_what_a_crash_left_in_the_claim_register(root):
     report = recover(root, orphan_age=0)
     assert report.claim_entries_removed == 2
     assert os.listdir(register) == []
+
+
+def test_3_a_rollback_dead_letters_an_alias_whose_register_entry_is_lost(root):
+    """N-11: an alias claim (``c~#<inode>``) whose register entry is gone has no name to go back
+    under.  A rollback redelivered it as ``target/#<inode>``: a new message id, and a name that
+    every later claim reads as an alias.  Recovery dead-letters such a claim; so does a rollback."""
+    drop(root, "q", LONG_FOREIGN, b"body")
+    with Connection(root, "c", FAST, create=True) as conn:
+        session = conn.create_session(transacted=True)
+        assert session.create_consumer(Queue("q")).receive(timeout=5).body == b"body"
+        register = layout.queue_box(root, Queue("q")).path / ".claims"
+        (entry,) = os.listdir(register)
+        (register / entry).unlink()  # lost (an operator's clean-up, a disk error)
+        session.rollback()
+    assert ls(root, "q", "target") == []
+    assert ls(root, "q", "error") == [f"c~#{entry}"]

@@ -451,8 +451,12 @@ def _apply(root: Path, entries: Iterable[Applicable], commit: bool, after_crash:
             else:
                 box.move(Move.ACK, State.DELIVERED, e.at, e.after_commit)
             touched.append((box, State.ACKNOWLEDGED))
+        elif (name := claims.original_name(box, e.at)) is None and claims.alias_inode(e.at) is not None:
+            # an alias whose register entry is lost has no name to go back under (N-11): as recovery does
+            claims.finish(box, Move.DEAD_LETTER, e.at)
+            touched.append((box, State.DEAD_LETTER))
         else:
-            box.move(Move.REDELIVER, State.DELIVERED, e.at, claims.original_name(box, e.at) or e.after_rollback)
+            box.move(Move.REDELIVER, State.DELIVERED, e.at, name or e.after_rollback)
             touched.append((box, State.NEW))
 
 
