@@ -369,3 +369,37 @@ def test_unreadable_message_whose_dead_letter_fails_goes_back_to_target(tmp_path
         assert os.listdir(box / "processing") == [] and len(os.listdir(box / "target")) == 1
         m = cons.receive(1)
         assert m is not None and m.body == b"x"
+
+
+def _hold_the_flags_locks_and_die(flag, conn) -> None:
+    """A consumer killed -9 while it reads the stop flag: every lock the flag has stays held."""
+    for lock in (getattr(flag, "_cond", None), getattr(flag, "get_lock", lambda: None)()):
+        if lock is not None:
+            lock.acquire()
+    import time
+
+    conn.send("holding")
+    time.sleep(3600)
+
+
+def test_the_multihost_stop_flag_cannot_be_wedged_by_a_killed_consumer():
+    """A CI run hung for good in test_leases: the driver killed consumer c0 -9 while c0 was inside
+    its stop Event's is_set(), and the driver's set() then waited on the lock c0 took with it.
+    multihost.stop_flag has no lock: setting it returns whatever a killed reader held."""
+    import multiprocessing
+    import threading
+
+    from dropboxmq_stress import multihost
+
+    ctx = multiprocessing.get_context("fork")
+    flag = multihost.stop_flag(ctx)
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=_hold_the_flags_locks_and_die, args=(flag, theirs))
+    child.start()
+    assert ours.recv() == "holding"
+    child.kill()
+    child.join()
+    setter = threading.Thread(target=lambda: setattr(flag, "value", 1), daemon=True)
+    setter.start()
+    setter.join(30)
+    assert not setter.is_alive() and flag.value == 1

@@ -108,6 +108,13 @@ def _log_to(hist_dir: str, name: str) -> Any:
     return handler
 
 
+def stop_flag(ctx: Any) -> Any:
+    """The driver's "stop" to its consumers: shared memory with no lock (``.value``).  A
+    multiprocessing Event has one, and a consumer killed -9 inside ``is_set()`` left it held:
+    the driver's ``set()`` then waited forever (a CI run hung in ``test_leases``)."""
+    return ctx.RawValue("b", 0)
+
+
 def consumer(root: str, name: str, ack_every: int, hist_dir: str, stop: Any) -> None:
     from dropboxmq import CLIENT_ACKNOWLEDGE, Connection, Queue
 
@@ -126,7 +133,7 @@ def consumer(root: str, name: str, ack_every: int, hist_dir: str, stop: Any) -> 
     with _closing(Connection(root, name, settings()), hist) as conn:
         session = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)
         cons = session.create_consumer(Queue(QUEUE))
-        while not stop.is_set():
+        while not stop.value:
             try:
                 msg = cons.receive(timeout=0.2)
             except Exception as e:  # noqa: BLE001 - transient under a server fault: recorded, retried
@@ -261,7 +268,7 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
             from . import fstrace
 
             tracer = fstrace.start(fs.export, Path(local) / "server-trace.jsonl")  # (not a history)
-        stop = ctx.Event()
+        stop = stop_flag(ctx)
         procs = {name: ctx.Process(target=consumer, args=(mounts[HOSTS[name]], name, ack_every, hist_dir, stop))
                  for name in ("c0", "c1", "c2", "c3")}
         procs.update({name: ctx.Process(target=producer, args=(mounts[HOSTS[name]], name, messages, hist_dir))
@@ -317,7 +324,7 @@ def run(kind: str, messages: int = 300, kill: bool = False, restart_server: bool
                 break
             time.sleep(0.2)   # the driver polls the histories; nothing here synchronises workers
         out["wall_s"] = round(time.time() - t0, 2)
-        stop.set()
+        stop.value = 1
         for name, p in procs.items():
             p.join(30)
             if p.is_alive():

@@ -148,12 +148,12 @@ def phase(fs: netfs.NetFS, hosts: tuple[tuple[int, str, str], ...], messages: in
         p.start()
     for p in producers:
         p.join(phase_seconds)
-    stop = ctx.Event()
+    stop = multihost.stop_flag(ctx)
     consumers = [ctx.Process(target=multihost.consumer, args=(mounts[i], c, 1, recv_dir, stop)) for i, _, c in hosts]
     for p in consumers:
         p.start()
     _wait(recv_dir, messages * len(hosts), acknowledged, time.time() + phase_seconds)
-    stop.set()
+    stop.value = 1
     for p in producers + consumers:
         p.join(30)
         if p.is_alive():
@@ -176,7 +176,7 @@ def recover_after_kill(fs: netfs.NetFS, messages: int, local: str, seconds: floa
         conn.create_queue(multihost.QUEUE)
     hist_dir = str(Path(local) / "history")
     multihost.producer(mounts[0], "p0", messages, hist_dir, SIZE)
-    stop = ctx.Event()
+    stop = multihost.stop_flag(ctx)
     c0 = ctx.Process(target=multihost.consumer, args=(mounts[0], "c0", messages + 1, hist_dir, stop))
     c2 = ctx.Process(target=multihost.consumer, args=(mounts[1], "c2", 1, hist_dir, stop))
     c0.start()
@@ -190,7 +190,7 @@ def recover_after_kill(fs: netfs.NetFS, messages: int, local: str, seconds: floa
     report = recover(mounts[1])
     recover_s = round(time.time() - t, 3)
     _wait(hist_dir, messages, acknowledged, time.time() + seconds)
-    stop.set()
+    stop.value = 1
     c2.join(30)
     if c2.is_alive():
         c2.kill()
